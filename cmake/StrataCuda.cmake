@@ -1,0 +1,16 @@
+# STRATA_CUDA=AUTO|ON|OFF. AUTO builds the CUDA backend when nvcc is found. The built
+# library still runs without a GPU; CUDA tests report themselves skipped there.
+set(STRATA_HAS_CUDA OFF)
+if(NOT STRATA_CUDA STREQUAL "OFF")
+  include(CheckLanguage)
+  if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
+    set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+  endif()
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    set(STRATA_HAS_CUDA ON)
+  elseif(STRATA_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "STRATA_CUDA=ON but no CUDA compiler was found")
+  endif()
+endif()
+message(STATUS "strata: CUDA backend ${STRATA_HAS_CUDA}")

@@ -1,0 +1,39 @@
+// Allocators hand out raw device memory for Storage and keep live/peak statistics.
+//
+// The CPU allocator returns 64-byte-aligned blocks (one cache line, a full AVX-512
+// vector). The CUDA backend registers its caching allocator for DeviceType::CUDA.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "core/device.h"
+
+namespace strata {
+
+struct AllocatorStats {
+  int64_t live_bytes = 0;   // currently allocated
+  int64_t peak_bytes = 0;   // high-water mark since start (or last reset)
+  int64_t allocations = 0;  // number of allocate() calls
+};
+
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  virtual void* allocate(size_t bytes, Device device) = 0;
+  virtual void deallocate(void* ptr, size_t bytes, Device device) = 0;
+  virtual AllocatorStats stats() const = 0;
+  virtual void reset_peak() = 0;
+};
+
+// The allocator for a device type (CPU always exists; CUDA when the backend is built and
+// registered). Throws strata::Error when none is registered.
+Allocator& allocator_for(DeviceType type);
+void register_allocator(DeviceType type, Allocator* allocator);
+bool has_allocator(DeviceType type);
+
+// Statistics of the CPU allocator, used by leak tests.
+AllocatorStats cpu_allocator_stats();
+
+}  // namespace strata

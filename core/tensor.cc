@@ -1,0 +1,233 @@
+#include "core/tensor.h"
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <iomanip>
+#include <sstream>
+
+#include "core/dispatch.h"
+#include "core/ops.h"
+
+namespace strata {
+
+uint64_t next_tensor_id() {
+  static std::atomic<uint64_t> counter{1};
+  return counter.fetch_add(1, std::memory_order_relaxed);
+}
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
+  for (int64_t d : shape) {
+    STRATA_CHECK(d >= 0, "empty: negative extent in shape ", shape_str(shape));
+  }
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::make_shared<Storage>(size_t(numel_of(shape)) * dtype_size(dtype), device);
+  impl->shape = shape;
+  impl->strides = contiguous_strides(shape);
+  impl->dtype = dtype;
+  impl->device = device;
+  impl->id = next_tensor_id();
+  return Tensor(std::move(impl));
+}
+
+Tensor Tensor::view_of(std::shared_ptr<Storage> storage, int64_t offset, Shape shape,
+                       Strides strides, DType dtype) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->device = storage->device();
+  impl->storage = std::move(storage);
+  impl->offset = offset;
+  impl->shape = std::move(shape);
+  impl->strides = std::move(strides);
+  impl->dtype = dtype;
+  impl->id = next_tensor_id();
+  return Tensor(std::move(impl));
+}
+
+Tensor Tensor::scalar(double value, DType dtype, Device device) {
+  return full({}, value, dtype, device);
+}
+
+int64_t Tensor::dim(int64_t axis) const {
+  return shape()[size_t(normalize_axis(axis, ndim(), "Tensor::dim"))];
+}
+
+bool Tensor::is_contiguous() const {
+  const auto& sh = shape();
+  const auto& st = strides();
+  int64_t expected = 1;
+  for (size_t i = sh.size(); i-- > 0;) {
+    if (sh[i] != 1 && st[i] != expected) return false;
+    expected *= sh[i];
+  }
+  return true;
+}
+
+bool Tensor::shares_storage(const Tensor& other) const {
+  return defined() && other.defined() && storage() == other.storage();
+}
+
+void* Tensor::raw_data() const {
+  return static_cast<char*>(impl().storage->data()) + impl().offset * int64_t(itemsize());
+}
+
+Tensor Tensor::reshape(const Shape& s) const { return strata::reshape(*this, s); }
+Tensor Tensor::transpose() const {
+  std::vector<int64_t> perm(static_cast<size_t>(ndim()));
+  for (int64_t i = 0; i < ndim(); ++i) perm[size_t(i)] = ndim() - 1 - i;
+  return permute(perm);
+}
+Tensor Tensor::transpose(int64_t a, int64_t b) const {
+  std::vector<int64_t> perm(static_cast<size_t>(ndim()));
+  for (int64_t i = 0; i < ndim(); ++i) perm[size_t(i)] = i;
+  a = normalize_axis(a, ndim(), "transpose");
+  b = normalize_axis(b, ndim(), "transpose");
+  std::swap(perm[size_t(a)], perm[size_t(b)]);
+  return permute(perm);
+}
+Tensor Tensor::permute(const std::vector<int64_t>& perm) const { return strata::permute(*this, perm); }
+Tensor Tensor::slice(int64_t axis, int64_t start, int64_t end, int64_t step) const {
+  return strata::slice(*this, axis, start, end, step);
+}
+Tensor Tensor::broadcast_to(const Shape& s) const { return strata::broadcast_to(*this, s); }
+Tensor Tensor::expand_dims(int64_t axis) const { return strata::expand_dims(*this, axis); }
+Tensor Tensor::squeeze(int64_t axis) const { return strata::squeeze(*this, axis); }
+Tensor Tensor::squeeze() const {
+  Shape s;
+  for (int64_t d : shape()) {
+    if (d != 1) s.push_back(d);
+  }
+  return strata::reshape(*this, s);
+}
+Tensor Tensor::contiguous() const { return strata::contiguous(*this); }
+Tensor Tensor::clone() const {
+  Tensor out = Tensor::empty(shape(), dtype(), device());
+  out.copy_(*this);
+  return out;
+}
+Tensor Tensor::cast(DType t) const { return strata::cast(*this, t); }
+
+Tensor Tensor::to(Device target) const {
+  if (device() == target) return *this;
+  if (same_memory(device(), target)) {
+    // Logical CPU devices share host memory, but a tensor placed on another device is
+    // its own copy (as in TensorFlow), so replicas never alias each other's values.
+    Tensor src = contiguous();
+    Tensor out = Tensor::view_of(std::make_shared<Storage>(src.nbytes(), target), 0, shape(),
+                                 contiguous_strides(shape()), dtype());
+    if (src.nbytes()) std::memcpy(out.raw_data(), src.raw_data(), src.nbytes());
+    return out;
+  }
+  fail("Tensor::to: cannot copy from ", device(), " to ", target,
+       " (strata was built without the CUDA backend, or no GPU is present)");
+}
+
+void Tensor::copy_(const Tensor& src) const {
+  Tensor value = src;
+  if (value.dtype() != dtype()) value = strata::cast(value, dtype());
+  if (value.shape() != shape()) value = strata::broadcast_to(value, shape());
+  if (!same_memory(value.device(), device())) value = value.to(device());
+  OpAttrs attrs;
+  const Tensor in[1] = {value};
+  const Tensor out[1] = {*this};
+  run_kernel(OpId::Copy, attrs, in, out);
+}
+
+namespace detail {
+
+void convert_elements(const void* src, DType from, void* dst, DType to, int64_t n) {
+  if (from == to) {
+    std::memcpy(dst, src, size_t(n) * dtype_size(from));
+    return;
+  }
+  visit_dtype(from, [&](auto s) {
+    using S = decltype(s);
+    const S* in = static_cast<const S*>(src);
+    visit_dtype(to, [&](auto d) {
+      using D = decltype(d);
+      D* out = static_cast<D*>(dst);
+      for (int64_t i = 0; i < n; ++i) {
+        if constexpr (std::is_same_v<D, bool>) {
+          out[i] = static_cast<float>(in[i]) != 0.0f;
+        } else if constexpr (std::is_same_v<S, Half> || std::is_same_v<S, BFloat16>) {
+          out[i] = D(float(in[i]));
+        } else if constexpr (std::is_same_v<D, Half> || std::is_same_v<D, BFloat16>) {
+          out[i] = D(float(in[i]));
+        } else {
+          out[i] = static_cast<D>(in[i]);
+        }
+      }
+    });
+  });
+}
+
+void copy_to_host(const Tensor& t, void* dst) {
+  Tensor c = t.contiguous();
+  STRATA_CHECK(c.device().is_cpu(), "to_vector: cannot read a ", c.device(),
+               " tensor on this build");
+  if (c.nbytes()) std::memcpy(dst, c.raw_data(), c.nbytes());
+}
+
+}  // namespace detail
+
+// ---- printing ----
+
+namespace {
+
+void print_rec(std::ostream& os, const std::vector<double>& v, const Shape& shape,
+               const Strides& strides, size_t dim, int64_t base, bool summarise, bool is_int,
+               int indent) {
+  const int64_t n = shape[dim];
+  os << '[';
+  auto emit = [&](int64_t i) {
+    if (dim + 1 == shape.size()) {
+      const double x = v[size_t(base + i * strides[dim])];
+      if (is_int) {
+        os << int64_t(x);
+      } else if (std::isnan(x)) {
+        os << "nan";
+      } else if (std::isinf(x)) {
+        os << (x > 0 ? "inf" : "-inf");
+      } else {
+        os << std::setprecision(6) << x;
+      }
+    } else {
+      print_rec(os, v, shape, strides, dim + 1, base + i * strides[dim], summarise, is_int,
+                indent + 1);
+    }
+  };
+  const std::string sep = dim + 1 == shape.size() ? ", " : (",\n" + std::string(size_t(indent + 1), ' '));
+  for (int64_t i = 0; i < n; ++i) {
+    if (summarise && n > 6 && i == 3) {
+      os << "..." << sep;
+      i = n - 3;
+    }
+    emit(i);
+    if (i + 1 < n) os << sep;
+  }
+  os << ']';
+}
+
+}  // namespace
+
+std::string Tensor::str() const {
+  std::ostringstream os;
+  os << *this;
+  return os.str();
+}
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t) {
+  if (!t.defined()) return os << "tensor(undefined)";
+  std::vector<double> v = t.to_vector<double>();
+  os << "tensor(";
+  if (t.ndim() == 0) {
+    os << v[0];
+  } else {
+    print_rec(os, v, t.shape(), contiguous_strides(t.shape()), 0, 0, t.numel() > 1000,
+              !is_floating(t.dtype()), 7);
+  }
+  os << ", shape=" << shape_str(t.shape()) << ", dtype=" << t.dtype();
+  if (!(t.device() == Device())) os << ", device=" << t.device();
+  return os << ')';
+}
+
+}  // namespace strata

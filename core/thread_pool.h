@@ -1,0 +1,26 @@
+// The intra-op thread pool shared by every CPU kernel.
+//
+// Sized by STRATA_NUM_THREADS (default: all cores). parallel_for splits [0, n) into
+// chunks only when the work repays a thread wake-up (~25-50 us here, see PLATFORM.md);
+// the caller always runs one chunk itself. Replica threads that already keep the cores
+// busy set a thread-local limit of 1, so replicas x intra-op threads never exceed cores.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+namespace strata {
+
+int num_threads();              // the pool's size including the caller
+void set_num_threads(int n);    // resizes the pool (call before heavy use)
+
+// Limits intra-op parallelism for ops issued from the calling thread (0 = no limit).
+void set_thread_parallelism_limit(int max_threads);
+int thread_parallelism_limit();
+
+// Runs fn(begin, end) over [0, n) in chunks. `cost_per_item` is an estimate in
+// nanoseconds; work below ~0.5 ms total runs inline on the caller.
+void parallel_for(int64_t n, double cost_per_item,
+                  const std::function<void(int64_t, int64_t)>& fn);
+
+}  // namespace strata

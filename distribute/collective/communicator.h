@@ -1,0 +1,47 @@
+// Communicator: one participant's handle on a group of peers that run collectives together.
+//
+// Each replica thread (in-process backend), each worker process (Gloo over TCP) or each
+// GPU (NCCL) owns one Communicator with its rank in the group. Collectives work in place
+// on contiguous tensors, are called by every rank in the same order, and fail with a
+// strata::Error naming the rank that was missing after `timeout_seconds` — they never hang.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/tensor.h"
+
+namespace strata::distribute {
+
+enum class ReduceOp { Sum, Mean, Max, Min };
+const char* reduce_op_name(ReduceOp op);
+
+enum class CommunicationImplementation { Auto, Ring, Nccl };
+
+struct CommunicationOptions {
+  CommunicationImplementation implementation = CommunicationImplementation::Auto;
+  int64_t bytes_per_pack = 0;     // 0: one pack for all gradients of a step
+  double timeout_seconds = 300.0;  // every collective fails after this long
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // A short name for messages: "in-process", "gloo", "nccl".
+  virtual std::string backend() const = 0;
+
+  // Reduces `buffer` across ranks in place (Mean divides by size()).
+  virtual void all_reduce(const Tensor& buffer, ReduceOp op) = 0;
+  // Copies root's `buffer` into every other rank's `buffer`.
+  virtual void broadcast(const Tensor& buffer, int root) = 0;
+  // output = concatenation of every rank's `input` along axis 0 (output has size()x rows).
+  virtual void all_gather(const Tensor& input, const Tensor& output) = 0;
+  // Reduces `input` across ranks and leaves rank r's 1/size() slice (axis 0) in `output`.
+  virtual void reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op) = 0;
+  virtual void barrier() = 0;
+};
+
+}  // namespace strata::distribute

@@ -1,0 +1,155 @@
+// CPU matmul: OpenBLAS's sgemm/dgemm (pthread build held at one thread, PLATFORM.md),
+// split by rows of M across strata's pool for one large product, or by batch for batched
+// products. Strided operands whose last two axes are row- or column-major are passed to
+// BLAS as they are (with the transpose flag flipped); others are copied once.
+#include <cblas.h>
+
+#include <cstring>
+
+#include "core/dispatch.h"
+#include "kernels/cpu/loops.h"
+
+extern "C" void openblas_set_num_threads(int num_threads);
+
+namespace strata::cpu_kernels {
+
+namespace {
+
+struct Operand {
+  Tensor t;            // possibly a contiguous copy of the input
+  bool trans = false;  // stored layout transposed relative to row-major
+  int64_t ld = 0;
+  Strides batch_strides;  // broadcast to the output's batch shape
+};
+
+// Prepares X [..., R, C] for BLAS.
+Operand prepare(const Tensor& x, const Shape& batch) {
+  Operand op;
+  op.t = x;
+  auto layout_ok = [&](const Tensor& t) {
+    const int64_t r = t.dim(-2), c = t.dim(-1);
+    const int64_t sr = t.strides()[size_t(t.ndim() - 2)], sc = t.strides()[size_t(t.ndim() - 1)];
+    if (sc == 1 && sr >= std::max<int64_t>(c, 1)) {
+      op.trans = false;
+      op.ld = std::max<int64_t>(sr, 1);
+      return true;
+    }
+    if (sr == 1 && sc >= std::max<int64_t>(r, 1) && c > 1) {
+      op.trans = true;
+      op.ld = sc;
+      return true;
+    }
+    return false;
+  };
+  if (!layout_ok(op.t)) {
+    op.t = contiguous_copy(x);
+    op.trans = false;
+    op.ld = std::max<int64_t>(op.t.dim(-1), 1);
+  }
+  Shape xb(op.t.shape().begin(), op.t.shape().end() - 2);
+  Strides xs(op.t.strides().begin(), op.t.strides().end() - 2);
+  op.batch_strides = broadcast_strides(xb, xs, batch);
+  return op;
+}
+
+template <typename T>
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b,
+          int64_t ldb, T* c, int64_t ldc) {
+  const auto TA = ta ? CblasTrans : CblasNoTrans;
+  const auto TB = tb ? CblasTrans : CblasNoTrans;
+  if constexpr (std::is_same_v<T, float>) {
+    cblas_sgemm(CblasRowMajor, TA, TB, int(m), int(n), int(k), 1.0f, a, int(lda), b, int(ldb), 0.0f, c, int(ldc));
+  } else if constexpr (std::is_same_v<T, double>) {
+    cblas_dgemm(CblasRowMajor, TA, TB, int(m), int(n), int(k), 1.0, a, int(lda), b, int(ldb), 0.0, c, int(ldc));
+  } else {
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        T s = 0;
+        for (int64_t p = 0; p < k; ++p) {
+          s += (ta ? a[p * lda + i] : a[i * lda + p]) * (tb ? b[j * ldb + p] : b[p * ldb + j]);
+        }
+        c[i * ldc + j] = s;
+      }
+    }
+  }
+}
+
+template <typename T>
+void matmul_typed(const Operand& A, const Operand& B, bool ta, bool tb, const Tensor& out) {
+  const int64_t m = out.dim(-2), n = out.dim(-1);
+  const int64_t k = ta ? A.t.dim(-2) : A.t.dim(-1);
+  const int64_t batches = m * n ? out.numel() / (m * n) : 0;
+  if (batches == 0) return;
+  const T* pa = ptr<T>(A.t);
+  const T* pb = ptr<T>(B.t);
+  T* pc = ptr<T>(out);
+  const bool eff_ta = ta != A.trans, eff_tb = tb != B.trans;
+  if (k == 0) {
+    std::memset(pc, 0, size_t(out.numel()) * sizeof(T));
+    return;
+  }
+  const Shape batch(out.shape().begin(), out.shape().end() - 2);
+  auto batch_offset = [&](int64_t bi, const Strides& st) {
+    int64_t off = 0;
+    for (size_t d = batch.size(); d-- > 0;) {
+      off += (bi % batch[d]) * st[d];
+      bi /= batch[d];
+    }
+    return off;
+  };
+  const double flops_ns = 2.0 * double(k) * double(n) * 0.01;  // ~100 GFLOP/s per core
+  if (batches == 1) {
+    parallel_for(m, flops_ns, [&](int64_t r0, int64_t r1) {
+      const T* a = pa + r0 * (eff_ta ? 1 : A.ld);
+      gemm<T>(eff_ta, eff_tb, r1 - r0, n, k, a, A.ld, pb, B.ld, pc + r0 * n, n);
+    });
+    return;
+  }
+  parallel_for(batches, flops_ns * double(m), [&](int64_t b0, int64_t b1) {
+    for (int64_t bi = b0; bi < b1; ++bi) {
+      gemm<T>(eff_ta, eff_tb, m, n, k, pa + batch_offset(bi, A.batch_strides), A.ld,
+              pb + batch_offset(bi, B.batch_strides), B.ld, pc + bi * m * n, n);
+    }
+  });
+}
+
+void matmul_kernel(const KernelArgs& k) {
+  const Tensor& out = k.out[0];
+  const Shape batch(out.shape().begin(), out.shape().end() - 2);
+  Tensor a = k.in[0], b = k.in[1];
+  if (is_half(a.dtype())) {  // float16/bfloat16: compute in float32
+    Tensor a32 = Tensor::empty(a.shape(), kFloat32, a.device());
+    Tensor b32 = Tensor::empty(b.shape(), kFloat32, b.device());
+    Tensor o32 = Tensor::empty(out.shape(), kFloat32, out.device());
+    const Tensor ia[1] = {a}, oa[1] = {a32}, ib[1] = {b}, ob[1] = {b32};
+    OpAttrs cast_attrs;
+    run_kernel(OpId::Cast, cast_attrs, ia, oa);
+    run_kernel(OpId::Cast, cast_attrs, ib, ob);
+    matmul_typed<float>(prepare(a32, batch), prepare(b32, batch), k.attrs.transpose_a,
+                        k.attrs.transpose_b, o32);
+    const Tensor io[1] = {o32}, oo[1] = {out};
+    run_kernel(OpId::Cast, cast_attrs, io, oo);
+    return;
+  }
+  const Operand A = prepare(a, batch), B = prepare(b, batch);
+  visit_dtype(a.dtype(), [&](auto z) {
+    using T = decltype(z);
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> ||
+                  std::is_same_v<T, int32_t> || std::is_same_v<T, int64_t>) {
+      matmul_typed<T>(A, B, k.attrs.transpose_a, k.attrs.transpose_b, out);
+    } else {
+      fail("matmul: no CPU kernel for dtype ", a.dtype());
+    }
+  });
+}
+
+}  // namespace
+
+void register_linalg_kernels() {
+  // Concurrent single-threaded sgemm calls from strata's pool and replica threads are
+  // safe with the pthread build and avoid its spinning workers (PLATFORM.md).
+  openblas_set_num_threads(1);
+  register_kernel(OpId::MatMul, DeviceType::CPU, matmul_kernel);
+}
+
+}  // namespace strata::cpu_kernels

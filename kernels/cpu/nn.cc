@@ -1,0 +1,141 @@
+// CPU kernels of softmax, log-softmax, sparse softmax cross-entropy and layer norm. All
+// subtract the row maximum first, so large logits never overflow.
+#include <cmath>
+
+#include "core/dispatch.h"
+#include "kernels/cpu/loops.h"
+
+namespace strata::cpu_kernels {
+
+namespace {
+
+// Runs row_fn(in_row, out_row, n) over rows of `axis` (moved last), writing into out.
+template <typename T, typename RowFn>
+void over_rows(const Tensor& x, int64_t axis, const Tensor& out, RowFn row_fn) {
+  const int64_t n = x.shape()[size_t(axis)];
+  const bool direct = axis == x.ndim() - 1 && x.is_contiguous();
+  const auto perm = axis_last_perm(x.ndim(), axis);
+  const Tensor rows = direct ? x : contiguous_copy(permuted_view(x, perm));
+  const Tensor result = direct ? out : Tensor::empty(rows.shape(), out.dtype(), out.device());
+  const T* p = ptr<T>(rows);
+  T* r = ptr<T>(result);
+  const int64_t outer = n ? rows.numel() / n : 0;
+  parallel_for(outer, double(n) * 4.0, [&](int64_t b, int64_t e) {
+    std::vector<double> buf(static_cast<size_t>(n));
+    for (int64_t i = b; i < e; ++i) row_fn(p + i * n, r + i * n, n, buf.data());
+  });
+  if (!direct) {
+    const Tensor in[1] = {result};
+    const Tensor o[1] = {permuted_view(out, perm)};
+    run_kernel(OpId::Copy, OpAttrs{}, in, o);
+  }
+}
+
+template <typename T>
+void softmax_row(const T* in, T* out, int64_t n, double* buf, bool log_space) {
+  using C = compute_t<T>;
+  if (n == 0) return;
+  C m = C(in[0]);
+  for (int64_t j = 1; j < n; ++j) m = std::max(m, C(in[j]));
+  if (std::isinf(m) && m < 0) m = C(0);  // all -inf: avoid inf - inf
+  double s = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    buf[j] = double(C(in[j]) - m);
+    s += std::exp(buf[j]);
+  }
+  if (log_space) {
+    const double ls = std::log(s);
+    for (int64_t j = 0; j < n; ++j) out[j] = convert<T>(C(buf[j] - ls));
+  } else {
+    const double inv = 1.0 / s;
+    for (int64_t j = 0; j < n; ++j) out[j] = convert<T>(C(std::exp(buf[j]) * inv));
+  }
+}
+
+void softmax_kernel(const KernelArgs& k) {
+  const bool log_space = k.op == OpId::LogSoftmax;
+  visit_dtype(k.in[0].dtype(), [&](auto z) {
+    using T = decltype(z);
+    if constexpr (std::is_floating_point_v<compute_t<T>>) {
+      over_rows<T>(k.in[0], k.attrs.axis, k.out[0], [&](const T* in, T* out, int64_t n, double* buf) {
+        softmax_row(in, out, n, buf, log_space);
+      });
+    }
+  });
+}
+
+void xent_kernel(const KernelArgs& k) {
+  const Tensor logits = contiguous_copy(k.in[0]);
+  const Tensor labels = contiguous_copy(k.in[1]);
+  const int64_t n = logits.dim(0), classes = logits.dim(1);
+  std::vector<int64_t> lab(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    lab[size_t(i)] = labels.dtype() == kInt64 ? ptr<int64_t>(labels)[i] : ptr<int32_t>(labels)[i];
+    STRATA_CHECK(lab[size_t(i)] >= 0 && lab[size_t(i)] < classes,
+                 "sparse_softmax_cross_entropy: label ", lab[size_t(i)], " at position ", i,
+                 " is out of range [0, ", classes, ")");
+  }
+  visit_dtype(logits.dtype(), [&](auto z) {
+    using T = decltype(z);
+    if constexpr (std::is_floating_point_v<compute_t<T>>) {
+      using C = compute_t<T>;
+      const T* p = ptr<T>(logits);
+      T* o = ptr<T>(k.out[0]);
+      for (int64_t i = 0; i < n; ++i) {
+        const T* row = p + i * classes;
+        C m = C(row[0]);
+        for (int64_t j = 1; j < classes; ++j) m = std::max(m, C(row[j]));
+        double s = 0;
+        for (int64_t j = 0; j < classes; ++j) s += std::exp(double(C(row[j]) - m));
+        o[i] = convert<T>(C(double(m) + std::log(s) - double(C(row[lab[size_t(i)]]))));
+      }
+    }
+  });
+}
+
+void layer_norm_kernel(const KernelArgs& k) {
+  const Tensor x = contiguous_copy(k.in[0]);
+  const Tensor gamma = contiguous_copy(k.in[1]);
+  const Tensor beta = contiguous_copy(k.in[2]);
+  const double eps = k.attrs.scalar;
+  const int64_t d = x.dim(-1);
+  const int64_t rows = d ? x.numel() / d : 0;
+  visit_dtype(x.dtype(), [&](auto z) {
+    using T = decltype(z);
+    if constexpr (std::is_floating_point_v<compute_t<T>>) {
+      using C = compute_t<T>;
+      const T* p = ptr<T>(x);
+      const T* g = ptr<T>(gamma);
+      const T* b = ptr<T>(beta);
+      T* o = ptr<T>(k.out[0]);
+      parallel_for(rows, double(d) * 3.0, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+          const T* row = p + r * d;
+          double mean = 0, var = 0;
+          for (int64_t j = 0; j < d; ++j) mean += double(C(row[j]));
+          mean /= double(d);
+          for (int64_t j = 0; j < d; ++j) {
+            const double c = double(C(row[j])) - mean;
+            var += c * c;
+          }
+          var /= double(d);
+          const double rstd = 1.0 / std::sqrt(var + eps);
+          for (int64_t j = 0; j < d; ++j) {
+            o[r * d + j] = convert<T>(C((double(C(row[j])) - mean) * rstd * double(C(g[j])) + double(C(b[j]))));
+          }
+        }
+      });
+    }
+  });
+}
+
+}  // namespace
+
+void register_nn_kernels() {
+  register_kernel(OpId::Softmax, DeviceType::CPU, softmax_kernel);
+  register_kernel(OpId::LogSoftmax, DeviceType::CPU, softmax_kernel);
+  register_kernel(OpId::SparseSoftmaxCrossEntropy, DeviceType::CPU, xent_kernel);
+  register_kernel(OpId::LayerNorm, DeviceType::CPU, layer_norm_kernel);
+}
+
+}  // namespace strata::cpu_kernels

@@ -1,0 +1,23 @@
+// register_cpu_kernels(): the one place that lists the CPU kernel families.
+#include "core/dispatch.h"
+
+namespace strata {
+namespace cpu_kernels {
+void register_elementwise_kernels();
+void register_reduce_kernels();
+void register_shape_kernels();
+void register_linalg_kernels();
+void register_nn_kernels();
+void register_conv_kernels();
+}  // namespace cpu_kernels
+
+void register_cpu_kernels() {
+  cpu_kernels::register_elementwise_kernels();
+  cpu_kernels::register_reduce_kernels();
+  cpu_kernels::register_shape_kernels();
+  cpu_kernels::register_linalg_kernels();
+  cpu_kernels::register_nn_kernels();
+  cpu_kernels::register_conv_kernels();
+}
+
+}  // namespace strata

@@ -1,0 +1,40 @@
+// Helpers shared by strata's tests.
+#pragma once
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "core/ops.h"
+#include "core/tensor.h"
+
+namespace strata::testing {
+
+// ../shared (golden cases, MNIST) or empty when absent from this checkout.
+inline std::filesystem::path shared_dir() {
+  std::filesystem::path p(STRATA_SHARED_DIR);
+  return std::filesystem::exists(p) ? p : std::filesystem::path();
+}
+
+// True when every element of a and b (as float64) satisfies |a-b| <= atol + rtol*|b|.
+inline bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-6) {
+  if (a.shape() != b.shape()) return false;
+  auto va = a.to_vector<double>();
+  auto vb = b.to_vector<double>();
+  for (size_t i = 0; i < va.size(); ++i) {
+    if (std::isnan(va[i]) && std::isnan(vb[i])) continue;
+    if (std::isinf(va[i]) && va[i] == vb[i]) continue;
+    if (!(std::abs(va[i] - vb[i]) <= atol + rtol * std::abs(vb[i]))) return false;
+  }
+  return true;
+}
+
+}  // namespace strata::testing
+
+#define REQUIRE_ALLCLOSE(a, b, ...)                                                     \
+  do {                                                                                  \
+    INFO("got " << (a) << "\nwant " << (b));                                            \
+    REQUIRE(::strata::testing::allclose((a), (b) __VA_OPT__(, ) __VA_ARGS__));         \
+  } while (0)
