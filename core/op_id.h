@@ -24,6 +24,7 @@ namespace strata {
   X(Relu, "relu", Unary)                             \
   X(Softplus, "softplus", Unary)                     \
   X(Gelu, "gelu", Unary)                             \
+  X(Erf, "erf", Unary)                               \
   X(Sign, "sign", Unary)                             \
   X(Reciprocal, "reciprocal", Unary)                 \
   X(Floor, "floor", Unary)                           \

@@ -49,6 +49,7 @@ Tensor sigmoid(const Tensor& x);
 Tensor relu(const Tensor& x);
 Tensor softplus(const Tensor& x);
 Tensor gelu(const Tensor& x, bool approximate_tanh = false);
+Tensor erf(const Tensor& x);
 Tensor sign(const Tensor& x);
 Tensor reciprocal(const Tensor& x);
 Tensor floor(const Tensor& x);

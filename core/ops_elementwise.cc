@@ -74,6 +74,7 @@ Tensor gelu(const Tensor& x, bool approximate_tanh) {
   attrs.flag = approximate_tanh;
   return unary(OpId::Gelu, x, UnaryKind::FloatOnly, attrs);
 }
+Tensor erf(const Tensor& x) { return unary(OpId::Erf, x, UnaryKind::FloatOnly); }
 Tensor sign(const Tensor& x) { return unary(OpId::Sign, x, UnaryKind::Numeric); }
 Tensor reciprocal(const Tensor& x) { return unary(OpId::Reciprocal, x, UnaryKind::FloatOnly); }
 Tensor floor(const Tensor& x) { return unary(OpId::Floor, x, UnaryKind::Numeric); }

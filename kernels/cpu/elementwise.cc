@@ -121,6 +121,9 @@ void float_unary(OpId op, const OpAttrs& attrs, const Tensor& x, const Tensor& o
       return unary_loop<T, T>(x, out, kTranscendental,
                               [](const auto& a) { return a.unaryExpr([](C v) { return gelu_exact(v); }); });
     case OpId::Reciprocal: return unary_loop<T, T>(x, out, kCheap, [](const auto& a) { return a.inverse(); });
+    case OpId::Erf:
+      return unary_loop<T, T>(x, out, kTranscendental,
+                              [](const auto& a) { return a.unaryExpr([](C v) { return C(std::erf(v)); }); });
     case OpId::StopGradient:
     case OpId::Copy: return unary_loop<T, T>(x, out, kCheap, [](const auto& a) { return a; });
     default: break;
@@ -285,7 +288,7 @@ void where_kernel(const KernelArgs& k) {
 void register_elementwise_kernels() {
   for (OpId op : {OpId::Neg, OpId::Exp, OpId::Log, OpId::Sqrt, OpId::Rsqrt, OpId::Abs, OpId::Square,
                   OpId::Sin, OpId::Cos, OpId::Tanh, OpId::Sigmoid, OpId::Relu, OpId::Softplus,
-                  OpId::Gelu, OpId::Sign, OpId::Reciprocal, OpId::Floor, OpId::IsFinite,
+                  OpId::Gelu, OpId::Erf, OpId::Sign, OpId::Reciprocal, OpId::Floor, OpId::IsFinite,
                   OpId::LogicalNot, OpId::Copy, OpId::StopGradient}) {
     register_kernel(op, DeviceType::CPU, unary_kernel);
   }

@@ -1,0 +1,28 @@
+#include "autograd/custom_gradient.h"
+
+#include "autograd/tape.h"
+#include "core/ops.h"
+#include "core/recorder.h"
+
+namespace strata::autograd {
+
+Tensor custom_gradient(const std::vector<Tensor>& inputs,
+                       const std::function<CustomResult(const std::vector<Tensor>&)>& fn) {
+  CustomResult result;
+  {
+    StopRecording pause;  // only the custom node is taped, not fn's internals
+    result = fn(inputs);
+  }
+  STRATA_CHECK(result.output.defined(), "custom_gradient: the function returned an undefined output");
+  STRATA_CHECK(static_cast<bool>(result.vjp), "custom_gradient: the function returned no gradient function");
+  // A fresh handle on the output's memory, so the tape sees a tensor that only this node made.
+  const Tensor& o = result.output;
+  Tensor out = Tensor::view_of(o.storage(), o.offset(), o.shape(), o.strides(), o.dtype());
+  OpAttrs attrs;
+  attrs.payload = std::make_shared<const CustomVjp>(std::move(result.vjp));
+  const Tensor outs[1] = {out};
+  record_op(OpId::CustomGradient, attrs, inputs, outs);
+  return out;
+}
+
+}  // namespace strata::autograd
