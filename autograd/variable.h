@@ -48,6 +48,10 @@ class VariableImpl {
   // The value to checkpoint (the aggregate for sync-on-read) and how to restore it.
   virtual Tensor checkpoint_value() const { return value(); }
   virtual void restore_checkpoint_value(const Tensor& v) { assign(v); }
+  // True when every replica holds its own component (mirrored, sync-on-read): replicas
+  // may then update their components concurrently. A variable shared by all replicas
+  // (local, or central storage) must be updated once per step instead.
+  virtual bool is_replicated() const { return false; }
   // Short kind for messages: "Variable", "MirroredVariable", ...
   virtual std::string kind() const { return "Variable"; }
 

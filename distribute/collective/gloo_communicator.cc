@@ -1,0 +1,428 @@
+#include "distribute/collective/gloo_communicator.h"
+
+#include "core/error.h"
+#include "distribute/collective/tcp_store.h"
+
+#ifdef STRATA_HAS_GLOO
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/common/logging.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <sstream>
+#include <thread>
+#include <vector>
+#endif
+
+namespace strata::distribute {
+
+#ifndef STRATA_HAS_GLOO
+
+bool gloo_available() { return false; }
+
+std::unique_ptr<Communicator> make_gloo_communicator(const GlooCommunicatorOptions& options) {
+  fail("make_gloo_communicator: strata was built without Gloo (install libgloo-dev and configure with "
+       "-DSTRATA_WITH_GLOO=ON), so rank ", options.rank, " of ", options.size,
+       " cannot join a Gloo group");
+}
+
+#else
+
+bool gloo_available() { return true; }
+
+std::unique_ptr<Communicator> make_gloo_communicator(const GlooCommunicatorOptions& options) {
+  return std::make_unique<GlooCommunicator>(options);
+}
+
+namespace {
+
+using Millis = std::chrono::milliseconds;
+
+Millis to_millis(double seconds) { return Millis(int64_t(std::ceil(seconds * 1000.0))); }
+
+std::string seconds_str(double s) {
+  std::ostringstream os;
+  os << s << " s";
+  return os.str();
+}
+
+std::string live_key(const std::string& prefix, int rank) { return prefix + "/live/" + std::to_string(rank); }
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string out;
+  for (size_t i = 0; i < ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
+  return out;
+}
+
+// Gloo's rendezvous store interface over TcpStore. Gloo keys its pair addresses by rank
+// ("0", "1", ...); a timed-out wait is reported by rank rather than by key.
+class GlooStore final : public gloo::rendezvous::Store {
+ public:
+  GlooStore(TcpStore& store, std::string prefix, int rank, int size, double timeout_seconds)
+      : store_(store), prefix_(std::move(prefix)), rank_(rank), size_(size), timeout_(timeout_seconds) {}
+
+  void set(const std::string& key, const std::vector<char>& data) override {
+    store_.set(prefix_ + key, std::string(data.begin(), data.end()));
+  }
+  std::vector<char> get(const std::string& key) override {
+    wait({key});
+    const std::string v = store_.get(prefix_ + key, timeout_);
+    return std::vector<char>(v.begin(), v.end());
+  }
+  void wait(const std::vector<std::string>& keys) override { wait(keys, to_millis(timeout_)); }
+  void wait(const std::vector<std::string>& keys, const Millis& timeout) override {
+    std::vector<std::string> full;
+    for (const auto& k : keys) full.push_back(prefix_ + k);
+    const double seconds = std::max(0.001, double(timeout.count()) / 1000.0);
+    try {
+      store_.wait(full, seconds);
+    } catch (const Error& e) {
+      std::vector<std::string> missing;
+      for (size_t i = 0; i < keys.size(); ++i)
+        if (!store_.check({full[i]})) missing.push_back(keys[i]);
+      if (missing.empty()) throw;
+      std::string names;
+      for (size_t i = 0; i < missing.size(); ++i) names += (i ? ", " : "") + missing[i];
+      fail("gloo rendezvous: rank ", rank_, " of ", size_, " waited ", seconds_str(seconds), " for rank(s) ",
+           names, " to join group '", prefix_, "' at the store ", store_.address(),
+           ": they never arrived (store key(s) '", prefix_, missing[0], "'", missing.size() > 1 ? ", ..." : "",
+           " missing)");
+    }
+  }
+
+ private:
+  TcpStore& store_;
+  std::string prefix_;
+  int rank_, size_;
+  double timeout_;
+};
+
+template <typename T>
+void divide(void* data, int64_t n, int size) {
+  T* p = static_cast<T*>(data);
+  for (int64_t i = 0; i < n; ++i) p[i] = T(p[i] / T(size));
+}
+
+void divide_by(void* data, DType dtype, int64_t n, int size) {
+  switch (dtype) {
+    case DType::Float32: return divide<float>(data, n, size);
+    case DType::Float64: return divide<double>(data, n, size);
+    case DType::Int32: return divide<int32_t>(data, n, size);
+    case DType::Int64: return divide<int64_t>(data, n, size);
+    default: fail("gloo: cannot divide dtype ", dtype);
+  }
+}
+
+// Gloo's elementwise reduction for one dtype and op.
+template <typename T>
+gloo::AllreduceOptions::Func reduce_fn(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum:
+    case ReduceOp::Mean: return [](void* c, const void* a, const void* b, size_t n) { gloo::sum<T>(c, a, b, n); };
+    case ReduceOp::Max: return [](void* c, const void* a, const void* b, size_t n) { gloo::max<T>(c, a, b, n); };
+    case ReduceOp::Min: return [](void* c, const void* a, const void* b, size_t n) { gloo::min<T>(c, a, b, n); };
+  }
+  fail("gloo: unknown reduce op");
+}
+
+}  // namespace
+
+// What a collective is, for error messages.
+struct GlooCommunicator::Call {
+  const char* op;
+  std::string what;  // "4096 float32 elements"
+};
+
+GlooCommunicator::GlooCommunicator(const GlooCommunicatorOptions& options)
+    : rank_(options.rank), size_(options.size), options_(options) {
+  STRATA_CHECK(options.size >= 1, "gloo: group size must be >= 1, got ", options.size);
+  STRATA_CHECK(options.rank >= 0 && options.rank < options.size, "gloo: rank ", options.rank,
+               " is out of range for a group of ", options.size);
+  STRATA_CHECK(options.store != nullptr, "gloo: rank ", options.rank, ": no rendezvous store given");
+  STRATA_CHECK(options.comm.timeout_seconds > 0, "gloo: timeout_seconds must be positive, got ",
+               options.comm.timeout_seconds);
+  STRATA_CHECK(!options.prefix.empty(), "gloo: the store prefix must not be empty");
+  TcpStore& store = *options.store;
+  const std::string& prefix = options.prefix;
+
+  // A second group on the same prefix would read the first one's stale addresses and hang
+  // in connect: count the joiners instead.
+  const int64_t joined = store.add(prefix + "/joined", 1);
+  STRATA_CHECK(joined <= size_, "gloo: store prefix '", prefix, "' at ", store.address(),
+               " was already used by another group (", joined, " joins for a group of ", size_,
+               "): give each group its own prefix");
+  store.set_ephemeral(live_key(prefix, rank_), "1");
+
+  try {
+    auto context = std::make_shared<gloo::rendezvous::Context>(rank_, size_);
+    context->setTimeout(to_millis(options.comm.timeout_seconds));
+    gloo::transport::tcp::attr attr;
+    attr.hostname = options.hostname;
+    auto device = gloo::transport::tcp::CreateDevice(attr);
+    GlooStore gstore(store, prefix + "/mesh/", rank_, size_, options.comm.timeout_seconds);
+    context->connectFullMesh(gstore, device);
+    context_ = std::move(context);
+  } catch (const Error&) {
+    throw;
+  } catch (const gloo::EnforceNotMet& e) {
+    fail("gloo: rank ", rank_, " of ", size_, " could not connect group '", prefix, "': ", e.what());
+  } catch (const std::exception& e) {
+    const std::string gone = gone_ranks();
+    fail("gloo: rank ", rank_, " of ", size_, " could not connect group '", prefix, "'",
+         gone.empty() ? "" : ": " + gone, ": ", e.what());
+  }
+}
+
+GlooCommunicator::~GlooCommunicator() = default;
+
+const char* GlooCommunicator::allreduce_algorithm(int64_t bytes) const {
+  if (options_.comm.implementation == CommunicationImplementation::Ring) return "ring";
+  return bytes < options_.ring_min_bytes ? "bcube" : "ring";
+}
+
+void GlooCommunicator::check_usable(const char* op) const {
+  STRATA_CHECK(broken_.empty(), "gloo ", op, ": rank ", rank_, " of ", size_,
+               ": the communicator is unusable after an earlier failure: ", broken_);
+}
+
+// Ranks whose store liveness key is gone, i.e. whose process closed its store connection.
+// A rank that died a moment ago may still look alive to the store, so look a few times.
+std::string GlooCommunicator::gone_ranks() {
+  if (!options_.store) return {};
+  try {
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::min(Millis(1000), to_millis(options_.comm.timeout_seconds));
+    for (;;) {
+      std::vector<int> gone;
+      for (int r = 0; r < size_; ++r)
+        if (r != rank_ && !options_.store->check({live_key(options_.prefix, r)})) gone.push_back(r);
+      if (!gone.empty())
+        return (gone.size() == 1 ? "rank " : "ranks ") + rank_list(gone) +
+               (gone.size() == 1 ? " is" : " are") + " gone (its process left the rendezvous store)";
+      if (std::chrono::steady_clock::now() >= deadline)
+        return "every other rank is still connected to the store, so a peer is slow or stuck "
+               "(did every rank call the same collectives in the same order?)";
+      std::this_thread::sleep_for(Millis(50));
+    }
+  } catch (const Error& e) {
+    return std::string("the rendezvous store is unreachable, so its host (the chief, rank 0) is "
+                       "probably gone: ") + e.what();
+  }
+}
+
+void GlooCommunicator::fail_call(const Call& call, const std::string& cause) {
+  std::ostringstream os;
+  os << "gloo " << call.op << " failed on rank " << rank_ << " of " << size_ << " (collective #" << calls_
+     << ", " << call.what << ", timeout " << seconds_str(options_.comm.timeout_seconds) << "): " << gone_ranks()
+     << "; gloo said: " << cause;
+  broken_ = os.str();
+  throw Error(broken_);
+}
+
+template <typename Fn>
+void GlooCommunicator::run(const Call& call, Fn&& fn) {
+  ++calls_;
+  try {
+    fn();
+  } catch (const Error&) {
+    throw;
+  } catch (const gloo::EnforceNotMet& e) {
+    fail_call(call, e.what());
+  } catch (const std::exception& e) {  // gloo::IoException and the rest of gloo::Exception
+    fail_call(call, e.what());
+  }
+}
+
+namespace {
+
+void check_cpu_contiguous(const Tensor& t, const char* op, const char* name) {
+  STRATA_CHECK(t.defined(), "gloo ", op, ": ", name, " is an undefined tensor");
+  STRATA_CHECK(t.device().is_cpu(), "gloo ", op, ": ", name, " is on ", t.device(),
+               "; the Gloo backend works on CPU tensors");
+  STRATA_CHECK(t.is_contiguous(), "gloo ", op, ": ", name, " of shape ", shape_str(t.shape()),
+               " is not contiguous (collectives work in place on contiguous tensors)");
+}
+
+void check_reducible(const Tensor& t, const char* op) {
+  const DType d = t.dtype();
+  STRATA_CHECK(d != DType::Bool, "gloo ", op, ": cannot reduce a bool tensor (expected float32, float64, "
+               "float16, bfloat16, int32 or int64)");
+}
+
+// communicator.h declares reduce_op_name; its definition belongs with the interface, so
+// messages here do not depend on it.
+const char* op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return "sum";
+    case ReduceOp::Mean: return "mean";
+    case ReduceOp::Max: return "max";
+    case ReduceOp::Min: return "min";
+  }
+  return "?";
+}
+
+std::string describe(const Tensor& t) {
+  std::ostringstream os;
+  os << t.numel() << " " << dtype_name(t.dtype()) << " elements";
+  return os.str();
+}
+
+}  // namespace
+
+void GlooCommunicator::reduce_raw(void* data, DType dtype, int64_t n, ReduceOp op, const Call& call) {
+  if (size_ == 1 || n == 0) return;
+  const int64_t bytes = n * int64_t(dtype_size(dtype));
+  const auto algorithm = std::strcmp(allreduce_algorithm(bytes), "ring") == 0
+                             ? gloo::AllreduceOptions::Algorithm::RING
+                             : gloo::AllreduceOptions::Algorithm::BCUBE;
+  const uint32_t tag = uint32_t(calls_ + 1);
+  run(call, [&] {
+    gloo::AllreduceOptions opts(context_);
+    opts.setAlgorithm(algorithm);
+    opts.setTimeout(to_millis(options_.comm.timeout_seconds));
+    opts.setTag(tag);
+    visit_dtype(dtype, [&](auto zero) {
+      using T = decltype(zero);
+      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, int32_t> ||
+                    std::is_same_v<T, int64_t>) {
+        opts.setOutput(static_cast<T*>(data), size_t(n));
+        opts.setReduceFunction(reduce_fn<T>(op));
+      } else {
+        fail("gloo ", call.op, ": no native reduction for ", dtype);
+      }
+    });
+    gloo::allreduce(opts);
+  });
+}
+
+void GlooCommunicator::all_reduce(const Tensor& buffer, ReduceOp op) {
+  check_usable("all_reduce");
+  check_cpu_contiguous(buffer, "all_reduce", "buffer");
+  check_reducible(buffer, "all_reduce");
+  const Call call{"all_reduce", describe(buffer) + ", " + op_name(op)};
+  const int64_t n = buffer.numel();
+  if (is_half(buffer.dtype())) {
+    // Reduced in float32 and rounded once at the end, as the CPU kernels compute halves.
+    std::vector<float> wide(static_cast<size_t>(n));
+    detail::convert_elements(buffer.raw_data(), buffer.dtype(), wide.data(), kFloat32, n);
+    reduce_raw(wide.data(), kFloat32, n, op, call);
+    if (op == ReduceOp::Mean) divide_by(wide.data(), kFloat32, n, size_);
+    detail::convert_elements(wide.data(), kFloat32, buffer.raw_data(), buffer.dtype(), n);
+    return;
+  }
+  reduce_raw(buffer.raw_data(), buffer.dtype(), n, op, call);
+  if (op == ReduceOp::Mean) divide_by(buffer.raw_data(), buffer.dtype(), n, size_);
+}
+
+void GlooCommunicator::broadcast(const Tensor& buffer, int root) {
+  check_usable("broadcast");
+  check_cpu_contiguous(buffer, "broadcast", "buffer");
+  STRATA_CHECK(root >= 0 && root < size_, "gloo broadcast: root ", root, " is out of range for a group of ",
+               size_);
+  const Call call{"broadcast", describe(buffer) + ", root " + std::to_string(root)};
+  if (size_ == 1 || buffer.nbytes() == 0) return;
+  const uint32_t tag = uint32_t(calls_ + 1);
+  run(call, [&] {
+    gloo::BroadcastOptions opts(context_);
+    opts.setOutput(static_cast<uint8_t*>(buffer.raw_data()), buffer.nbytes());
+    opts.setRoot(root);
+    opts.setTag(tag);
+    opts.setTimeout(to_millis(options_.comm.timeout_seconds));
+    gloo::broadcast(opts);
+  });
+}
+
+void GlooCommunicator::all_gather(const Tensor& input, const Tensor& output) {
+  check_usable("all_gather");
+  check_cpu_contiguous(input, "all_gather", "input");
+  check_cpu_contiguous(output, "all_gather", "output");
+  STRATA_CHECK(input.dtype() == output.dtype(), "gloo all_gather: input dtype ", input.dtype(),
+               " differs from output dtype ", output.dtype());
+  Shape want = input.shape();
+  if (want.empty()) {
+    want = {size_};
+  } else {
+    want[0] *= size_;
+  }
+  STRATA_CHECK(output.shape() == want, "gloo all_gather: output has shape ", shape_str(output.shape()),
+               ", expected ", shape_str(want), " (", size_, " ranks x input ", shape_str(input.shape()), ")");
+  const Call call{"all_gather", describe(input) + " per rank"};
+  const size_t bytes = input.nbytes();
+  if (bytes == 0) return;
+  auto* out = static_cast<uint8_t*>(output.raw_data());
+  auto* in = static_cast<const uint8_t*>(input.raw_data());
+  uint8_t* slot = out + size_t(rank_) * bytes;
+  // Place this rank's part first; a staging copy when the input overlaps the output
+  // elsewhere than its own slot.
+  if (in != slot) {
+    const bool overlap = in < out + size_t(size_) * bytes && out < in + bytes;
+    if (overlap) {
+      std::vector<uint8_t> staged(in, in + bytes);
+      std::memcpy(slot, staged.data(), bytes);
+    } else {
+      std::memcpy(slot, in, bytes);
+    }
+  }
+  if (size_ == 1) return;
+  const uint32_t tag = uint32_t(calls_ + 1);
+  run(call, [&] {
+    gloo::AllgatherOptions opts(context_);
+    opts.setOutput(out, bytes * size_t(size_));  // in place: this rank's slot is filled
+    opts.setTag(tag);
+    opts.setTimeout(to_millis(options_.comm.timeout_seconds));
+    gloo::allgather(opts);
+  });
+}
+
+void GlooCommunicator::reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op) {
+  check_usable("reduce_scatter");
+  check_cpu_contiguous(input, "reduce_scatter", "input");
+  check_cpu_contiguous(output, "reduce_scatter", "output");
+  check_reducible(input, "reduce_scatter");
+  STRATA_CHECK(input.dtype() == output.dtype(), "gloo reduce_scatter: input dtype ", input.dtype(),
+               " differs from output dtype ", output.dtype());
+  STRATA_CHECK(input.ndim() >= 1 && input.dim(0) % size_ == 0, "gloo reduce_scatter: input of shape ",
+               shape_str(input.shape()), " cannot be split into ", size_, " equal parts along axis 0");
+  Shape want = input.shape();
+  want[0] /= size_;
+  STRATA_CHECK(output.shape() == want, "gloo reduce_scatter: output has shape ", shape_str(output.shape()),
+               ", expected ", shape_str(want), " (input ", shape_str(input.shape()), " / ", size_, " ranks)");
+  const Call call{"reduce_scatter", describe(input) + ", " + op_name(op)};
+  // Gloo's modern API has no reduce-scatter (its ReduceScatterHalvingDoubling is a legacy
+  // algorithm without per-call timeouts), so: all-reduce a scratch copy — the input stays
+  // untouched — and keep this rank's slice.
+  const int64_t n = input.numel();
+  const int64_t part = n / size_;
+  const DType wide = is_half(input.dtype()) ? kFloat32 : input.dtype();
+  std::vector<uint8_t> scratch(size_t(n) * dtype_size(wide));
+  detail::convert_elements(input.raw_data(), input.dtype(), scratch.data(), wide, n);
+  reduce_raw(scratch.data(), wide, n, op, call);
+  uint8_t* mine = scratch.data() + size_t(rank_ * part) * dtype_size(wide);
+  if (op == ReduceOp::Mean) divide_by(mine, wide, part, size_);
+  detail::convert_elements(mine, wide, output.raw_data(), output.dtype(), part);
+}
+
+void GlooCommunicator::barrier() {
+  check_usable("barrier");
+  if (size_ == 1) return;
+  const uint32_t tag = uint32_t(calls_ + 1);
+  run(Call{"barrier", "no data"}, [&] {
+    gloo::BarrierOptions opts(context_);
+    opts.setTag(tag);
+    opts.setTimeout(to_millis(options_.comm.timeout_seconds));
+    gloo::barrier(opts);
+  });
+}
+
+#endif  // STRATA_HAS_GLOO
+
+}  // namespace strata::distribute

@@ -1,0 +1,100 @@
+// GlooCommunicator: the Communicator of one worker process, running Gloo's CPU
+// collectives over TCP between processes (or between threads, each with its own context).
+//
+// Rendezvous goes through a TcpStore (distribute/collective/tcp_store.h): each rank
+// publishes its Gloo pair addresses under `prefix`, and a liveness key that the store
+// drops when the rank's store connection closes. When a collective fails (a peer died
+// or did not arrive within CommunicationOptions::timeout_seconds) the communicator asks
+// the store which ranks are gone, so the strata::Error names them. After a failure the
+// communicator is unusable: every later call throws (as an aborted NCCL communicator).
+//
+// dtypes: float32, float64, int32 and int64 are reduced natively; float16 and bfloat16
+// are reduced in float32 and rounded back. broadcast and all_gather move bytes, so they
+// take any dtype. Tensors must be contiguous and on the CPU. Mean is Sum divided by
+// size() (integer division truncates, as TensorFlow's collective mean on integers).
+//
+// Built only with Gloo (STRATA_HAS_GLOO, CMake option STRATA_WITH_GLOO and libgloo-dev);
+// without it make_gloo_communicator throws "built without Gloo".
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "distribute/collective/communicator.h"
+
+namespace gloo {
+class Context;
+}
+
+namespace strata::distribute {
+
+class TcpStore;
+
+struct GlooCommunicatorOptions {
+  int rank = 0;
+  int size = 1;
+  // The job's rendezvous store; shared because the communicator's liveness key lives as
+  // long as this client's connection.
+  std::shared_ptr<TcpStore> store;
+  // Namespace of this group's keys: unique per group on one store (reusing one is an
+  // error detected at rendezvous).
+  std::string prefix = "gloo";
+  // This host's address as peers reach it; Gloo binds its sockets there. Empty: the
+  // address of the machine's host name. Tests pass "127.0.0.1".
+  std::string hostname;
+  // timeout_seconds bounds the rendezvous and every collective; implementation Ring
+  // forces the ring all-reduce at every size.
+  CommunicationOptions comm;
+  // all_reduce uses Gloo's bcube (recursive halving-doubling) below this many bytes —
+  // fewer, latency-bound steps — and the bandwidth-optimal ring from it.
+  int64_t ring_min_bytes = 256 << 10;
+};
+
+// True when strata was built with Gloo.
+bool gloo_available();
+
+// Connects to the group (blocks until every rank has joined, up to the timeout).
+// Throws strata::Error naming the ranks that did not join, or "built without Gloo".
+std::unique_ptr<Communicator> make_gloo_communicator(const GlooCommunicatorOptions& options);
+
+#ifdef STRATA_HAS_GLOO
+class GlooCommunicator final : public Communicator {
+ public:
+  explicit GlooCommunicator(const GlooCommunicatorOptions& options);
+  ~GlooCommunicator() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string backend() const override { return "gloo"; }
+
+  void all_reduce(const Tensor& buffer, ReduceOp op) override;
+  void broadcast(const Tensor& buffer, int root) override;
+  void all_gather(const Tensor& input, const Tensor& output) override;
+  void reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op) override;
+  void barrier() override;
+
+  // "ring" or "bcube": the algorithm all_reduce uses for a buffer of `bytes`.
+  const char* allreduce_algorithm(int64_t bytes) const;
+  // The connected Gloo context (for benchmarks that call Gloo directly).
+  const std::shared_ptr<gloo::Context>& gloo_context() const { return context_; }
+
+ private:
+  struct Call;
+  void check_usable(const char* op) const;
+  void reduce_raw(void* data, DType dtype, int64_t n, ReduceOp op, const Call& call);
+  template <typename Fn>
+  void run(const Call& call, Fn&& fn);
+  [[noreturn]] void fail_call(const Call& call, const std::string& cause);
+  std::string gone_ranks();
+
+  int rank_;
+  int size_;
+  GlooCommunicatorOptions options_;
+  std::shared_ptr<gloo::Context> context_;
+  uint64_t calls_ = 0;
+  std::string broken_;  // why the communicator is unusable; empty while healthy
+};
+#endif
+
+}  // namespace strata::distribute

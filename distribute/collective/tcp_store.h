@@ -1,0 +1,96 @@
+// TcpStore: the rendezvous key-value store of a multi-worker job, over TCP.
+//
+// Gloo ships FileStore, HashStore and RedisStore but no network store, and NCCL needs its
+// unique id passed from rank 0 to everyone: so, as PyTorch's TCPStore does, the chief
+// hosts a small key-value service (TcpStoreServer, one background thread) and every
+// worker — the chief included — talks to it through a TcpStore client. The gloo backend
+// adapts the client to gloo::rendezvous::Store (set, get, wait(keys[, timeout])).
+//
+// Every call is bounded: a missing key, a dead server or an unreachable host raise
+// strata::Error within the timeout, naming the key(s) waited for and the store address.
+// Values are arbitrary bytes. Messages are length-prefixed frames over plain sockets;
+// this is glue for a few small messages, not a data path.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace strata::distribute {
+
+// The server: a thread that owns a listening socket and the key-value map. Requests that
+// wait (get, wait) are parked until their keys appear or their deadline passes, so one
+// thread serves any number of clients.
+class TcpStoreServer {
+ public:
+  // Listens on bind_host:port ("0.0.0.0" = every interface; port 0 = pick a free one).
+  explicit TcpStoreServer(int port = 0, const std::string& bind_host = "0.0.0.0");
+  ~TcpStoreServer();
+  TcpStoreServer(const TcpStoreServer&) = delete;
+  TcpStoreServer& operator=(const TcpStoreServer&) = delete;
+
+  int port() const { return port_; }
+  // Closes every connection and joins the thread (the destructor calls it too).
+  void stop();
+
+ private:
+  struct State;
+  void serve();
+
+  int port_ = 0;
+  int listen_fd_ = -1;
+  int wake_pipe_[2] = {-1, -1};
+  std::unique_ptr<State> state_;
+  std::thread thread_;
+};
+
+// A client connection. Calls are serialised by a mutex: a thread blocked in wait() holds
+// the connection, so threads that must wait independently use one client each.
+class TcpStore {
+ public:
+  // Connects to host:port, retrying until `timeout_seconds` (the server may start after
+  // the client). The timeout is also the default bound of every call.
+  TcpStore(const std::string& host, int port, double timeout_seconds = 300.0);
+  ~TcpStore();
+  TcpStore(const TcpStore&) = delete;
+  TcpStore& operator=(const TcpStore&) = delete;
+
+  void set(const std::string& key, const std::string& value);
+  // Like set, but the server deletes the key when this client disconnects (its process
+  // exits or dies): a liveness marker, as ZooKeeper's ephemeral nodes.
+  void set_ephemeral(const std::string& key, const std::string& value);
+  // Waits for the key to exist (up to the timeout), then returns its value.
+  std::string get(const std::string& key);
+  std::string get(const std::string& key, double timeout_seconds);
+  // Adds `delta` to the integer stored at `key` (absent = 0) and returns the new value.
+  int64_t add(const std::string& key, int64_t delta);
+  // True when every key exists; never waits.
+  bool check(const std::vector<std::string>& keys);
+  // Waits until every key exists; throws strata::Error naming the missing ones.
+  void wait(const std::vector<std::string>& keys);
+  void wait(const std::vector<std::string>& keys, double timeout_seconds);
+  // Deletes a key; false when it did not exist.
+  bool remove(const std::string& key);
+
+  double timeout_seconds() const { return timeout_seconds_; }
+  // "host:port" of the server.
+  const std::string& address() const { return address_; }
+
+ private:
+  std::string request(const std::string& payload, double timeout_seconds, const char* op,
+                      const std::string& what);
+
+  std::string address_;
+  double timeout_seconds_;
+  int fd_ = -1;
+  std::mutex mu_;
+};
+
+// A TCP port on `host` that nothing listens on right now (the kernel's pick). Another
+// process may take it before it is used: launchers accept that race, as torchrun does.
+int find_free_port(const std::string& host = "127.0.0.1");
+
+}  // namespace strata::distribute

@@ -1,0 +1,40 @@
+// LocalReplicaContext: the ReplicaContext of one replica thread of a single-process
+// strategy, reducing through the in-process collective backend.
+#pragma once
+
+#include <memory>
+
+#include "distribute/collective/in_process.h"
+#include "distribute/replica_context.h"
+
+namespace strata::distribute {
+
+class LocalReplicaContext final : public ReplicaContext {
+ public:
+  LocalReplicaContext(Strategy& strategy, int replica, Device device,
+                      std::shared_ptr<InProcessGroup> group);
+
+  Strategy& strategy() const override { return strategy_; }
+  int replica_id_in_sync_group() const override { return replica_; }
+  int num_replicas_in_sync() const override;
+  Device device() const override { return device_; }
+  using ReplicaContext::all_reduce;
+  std::vector<Tensor> all_reduce(ReduceOp op, const std::vector<Tensor>& values) override;
+  Tensor all_gather(const Tensor& value, int64_t axis) override;
+  Tensor merge_call(const std::function<Tensor(const std::vector<Tensor>&)>& fn,
+                    const Tensor& value) override;
+  void run_once(const std::function<void()>& fn) override;
+  void barrier() override { comm_.barrier(); }
+
+  // Creates shared state once; every replica receives the same object.
+  std::shared_ptr<void> run_once_shared(const std::function<std::shared_ptr<void>()>& fn);
+  InProcessCommunicator& communicator() { return comm_; }
+
+ private:
+  Strategy& strategy_;
+  int replica_;
+  Device device_;
+  InProcessCommunicator comm_;
+};
+
+}  // namespace strata::distribute

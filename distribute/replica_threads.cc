@@ -1,0 +1,46 @@
+#include "distribute/replica_threads.h"
+
+namespace strata::distribute {
+
+ReplicaThreads::ReplicaThreads(int n, std::function<void(int)> setup) : setup_(std::move(setup)) {
+  for (int r = 0; r < n; ++r) threads_.emplace_back([this, r] { loop(r); });
+}
+
+ReplicaThreads::~ReplicaThreads() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  start_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+void ReplicaThreads::run(const std::function<void(int)>& body) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  body_ = &body;
+  pending_ = int(threads_.size());
+  ++generation_;
+  start_.notify_all();
+  done_.wait(lock, [&] { return pending_ == 0; });
+  body_ = nullptr;
+}
+
+void ReplicaThreads::loop(int r) {
+  setup_(r);
+  uint64_t seen = 0;
+  for (;;) {
+    const std::function<void(int)>* body;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      start_.wait(lock, [&] { return stopping_ || generation_ != seen; });
+      if (stopping_) return;
+      seen = generation_;
+      body = body_;
+    }
+    (*body)(r);
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (--pending_ == 0) done_.notify_all();
+  }
+}
+
+}  // namespace strata::distribute
