@@ -33,16 +33,17 @@ GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)
   };
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (!is_floating(inputs[i].dtype())) continue;
-    const Tensor base = inputs[i].clone();
+    const Tensor& base = inputs[i];
     const std::vector<double> got = analytic[i].to_vector<double>();
+    std::vector<double> values = base.to_vector<double>();
     const int64_t n = base.numel();
+    std::vector<Tensor> xs = inputs;
     for (int64_t j = 0; j < n; ++j) {
-      std::vector<Tensor> xs = inputs;
       auto at = [&](double delta) {
-        Tensor p = base.clone();
-        std::vector<double> v = p.to_vector<double>();
-        v[size_t(j)] += delta;
-        xs[i] = Tensor::from_vector(v, base.shape(), base.dtype(), base.device());
+        const double saved = values[size_t(j)];
+        values[size_t(j)] = saved + delta;
+        xs[i] = Tensor::from_vector(values, base.shape(), base.dtype(), base.device());
+        values[size_t(j)] = saved;
         return objective(xs);
       };
       const double numeric = (at(options.eps) - at(-options.eps)) / (2 * options.eps);

@@ -46,7 +46,8 @@ Grads unary_vjp(const GradContext& c, const Tensor& g) {
         return {g * (cdf + x * pdf)};
       }
     case OpId::Reciprocal: return {-(g * square(y(c)))};
-    case OpId::Copy: return {g};
+    case OpId::Copy:  // also a copy to another device: the gradient goes back
+      return {g.device() == c.input_meta[0].device ? g : g.to(c.input_meta[0].device)};
     case OpId::Cast:
       return {is_floating(c.input_meta[0].dtype) ? cast(g, c.input_meta[0].dtype) : Tensor()};
     default: break;

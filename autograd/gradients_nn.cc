@@ -84,6 +84,32 @@ Grads conv_vjp(const GradContext& c, const Tensor& g) {
   fail(op_name(c.op), ": no gradient (internal error)");
 }
 
+// max_pool2d_grad(x, dy) scatters dy to each window's arg-max; it is linear in dy, so its
+// gradient w.r.t. dy gathers the upstream gradient g at those arg-maxes (TensorFlow's
+// MaxPoolGradGrad), and w.r.t. x it is zero almost everywhere. Windows are read as patches
+// by a convolution with a one-hot filter bank (exact: one product by 1 per output), so the
+// gather is built from differentiable ops and higher derivatives keep working.
+Grads max_pool2d_grad_vjp(const GradContext& c, const Tensor& g) {
+  const auto& a = c.attrs;
+  const Tensor& x = c.inputs[0];
+  const int64_t kh = a.window[0], kw = a.window[1], ch = x.dim(3), k = kh * kw;
+  std::vector<double> bank(size_t(k * ch * k * ch), 0.0);
+  for (int64_t i = 0; i < k; ++i) {
+    for (int64_t ci = 0; ci < ch; ++ci) bank[size_t((i * ch + ci) * k * ch + i * ch + ci)] = 1.0;
+  }
+  const Tensor filter = Tensor::from_vector(bank, {kh, kw, ch, k * ch}, x.dtype(), x.device());
+  auto patches = [&](const Tensor& t) {  // [N,Oh,Ow,k,C]: window element i of channel c
+    Tensor p = conv2d(t, filter, a.strides, a.padding);
+    return reshape(p, {p.dim(0), p.dim(1), p.dim(2), k, ch});
+  };
+  Tensor y = expand_dims(max_pool2d(x, a.window, a.strides, a.padding), 3);
+  Tensor valid = greater(patches(ones_like(x)), scalar_like(x, 0.5));  // not SAME padding
+  Tensor hit = cast(logical_and(equal(patches(x), y), valid), x.dtype());
+  // The kernel sends the gradient to the first maximum in row-major window order.
+  Tensor first = hit * cast(equal(cumsum(hit, 3, /*exclusive=*/true), scalar_like(x, 0.0)), x.dtype());
+  return {Tensor(), sum(first * patches(g), std::vector<int64_t>{3})};
+}
+
 Grads custom_vjp(const GradContext& c, const Tensor& g) {
   const auto& fn = *static_cast<const CustomVjp*>(c.attrs.payload.get());
   Grads grads = fn(g);
@@ -110,8 +136,7 @@ void register_nn_gradients() {
   }
   register_gradient(OpId::AvgPool2D, GradientDef{conv_vjp, false});
   register_gradient(OpId::AvgPool2DGrad, GradientDef{conv_vjp, false});
-  // The gradient of max_pool2d_grad (a third-order term) is not provided.
-  mark_not_differentiable(OpId::MaxPool2DGrad);
+  register_gradient(OpId::MaxPool2DGrad, GradientDef{max_pool2d_grad_vjp, true});
   register_gradient(OpId::CustomGradient, GradientDef{custom_vjp, false});
 }
 

@@ -8,6 +8,8 @@ namespace {
 
 using Grads = std::vector<Tensor>;
 
+Tensor zero_like_scalar(const Tensor& t) { return scalar_like(t, 0.0); }
+
 // The reduced gradient (or output) reshaped so it broadcasts against the input.
 Tensor keepdims_shape(const Tensor& t, const GradContext& c) {
   if (c.attrs.keepdims) return t;
@@ -29,7 +31,23 @@ Grads reduce_vjp(const GradContext& c, const Tensor& g) {
       Tensor count = sum(mask, c.attrs.axes, /*keepdims=*/true);
       return {mask * (gk / count)};
     }
-    case OpId::Prod: return {broadcast_to(gk, in_shape) * keepdims_shape(c.output, c) / c.inputs[0]};
+    case OpId::Prod: {
+      // d prod / dx_i is the product of the other elements. y / x_i gives it only when no
+      // element of the slice is zero; with exactly one zero the zero's gradient is the
+      // product of the rest and every other gradient is 0; with two or more all are 0.
+      // (At zeros the result is exact to first order; the second derivative through
+      // a zero is taken as 0.)
+      const Tensor& x = c.inputs[0];
+      Tensor zero = equal(x, zero_like_scalar(x));
+      Tensor num_zeros = sum(cast(zero, x.dtype()), c.attrs.axes, /*keepdims=*/true);
+      Tensor x_safe = where(zero, ones_like(x), x);
+      Tensor rest = prod(x_safe, c.attrs.axes, /*keepdims=*/true);  // product of non-zeros
+      Tensor zero_s = zero_like_scalar(x);
+      Tensor d = where(equal(num_zeros, zero_s), rest / x_safe,
+                       where(logical_and(zero, equal(num_zeros, scalar_like(x, 1.0))),
+                             broadcast_to(rest, in_shape), zero_s));
+      return {gk * d};
+    }
     case OpId::LogSumExp: return {gk * exp(c.inputs[0] - keepdims_shape(c.output, c))};
     case OpId::Cumsum: return {cumsum(g, c.attrs.axis, c.attrs.flag, !c.attrs.flag2)};
     default: break;
@@ -87,9 +105,10 @@ Grads shape_vjp(const GradContext& c, const Tensor& g) {
 void register_reduce_shape_gradients() {
   register_gradient(OpId::Sum, GradientDef{reduce_vjp, /*needs_inputs=*/false});
   register_gradient(OpId::Cumsum, GradientDef{reduce_vjp, /*needs_inputs=*/false});
-  for (OpId op : {OpId::Max, OpId::Min, OpId::Prod, OpId::LogSumExp}) {
+  for (OpId op : {OpId::Max, OpId::Min, OpId::LogSumExp}) {
     register_gradient(op, GradientDef{reduce_vjp, /*needs_inputs=*/true, /*needs_output=*/true});
   }
+  register_gradient(OpId::Prod, GradientDef{reduce_vjp, /*needs_inputs=*/true});
   mark_not_differentiable(OpId::ArgMax);
   mark_not_differentiable(OpId::ArgMin);
   for (OpId op : {OpId::Reshape, OpId::Permute, OpId::BroadcastTo, OpId::Slice, OpId::Pad, OpId::Concat}) {

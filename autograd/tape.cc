@@ -1,6 +1,7 @@
 #include "autograd/tape.h"
 
 #include <algorithm>
+#include <array>
 
 #include "autograd/gradient_registry.h"
 #include "core/ops.h"
@@ -25,7 +26,21 @@ class TapeRecorder final : public Recorder {
 };
 thread_local TapeRecorder t_recorder;
 
-TensorMeta meta_of(const Tensor& t) { return TensorMeta{t.shape(), t.dtype(), t.device()}; }
+// Number of StopRecording scopes alive on this thread. A tape records only while this
+// equals the count at its creation, so a scope pauses exactly the tapes older than it.
+thread_local int t_stop_depth = 0;
+
+// Vectors of n undefined tensors, n < kMaxUnsavedInputs: what a VJP sees as the inputs of
+// an op whose gradient does not need them. Immutable once built, so shared by threads.
+constexpr size_t kMaxUnsavedInputs = 8;
+const std::vector<Tensor>& undefined_inputs(size_t n) {
+  static const auto table = [] {
+    std::array<std::vector<Tensor>, kMaxUnsavedInputs> t;
+    for (size_t i = 0; i < t.size(); ++i) t[i].resize(i);
+    return t;
+  }();
+  return table[n];
+}
 
 // Decrements a pause counter on scope exit (even when a VJP throws).
 struct PauseGuard {
@@ -36,10 +51,27 @@ struct PauseGuard {
 
 }  // namespace
 
-bool is_recording() { return thread_recorder() != nullptr && !t_tapes.empty(); }
+bool is_recording() {
+  if (thread_recorder() == nullptr) return false;
+  for (const GradientTape* tape : t_tapes) {
+    if (tape->active()) return true;
+  }
+  return false;
+}
 
-StopRecording::StopRecording() : saved_(thread_recorder()) { set_thread_recorder(nullptr); }
-StopRecording::~StopRecording() { set_thread_recorder(static_cast<Recorder*>(saved_)); }
+bool GradientTape::active() const { return paused_ == 0 && stop_depth_ == t_stop_depth; }
+
+// The recorder is removed while every tape is paused (so ops skip the recording call) and
+// reinstalled by a tape created inside the scope or when the scope ends.
+StopRecording::StopRecording() {
+  ++t_stop_depth;
+  set_thread_recorder(nullptr);
+}
+
+StopRecording::~StopRecording() {
+  --t_stop_depth;
+  set_thread_recorder(t_tapes.empty() ? nullptr : &t_recorder);
+}
 
 namespace detail {
 void notify_variable_read(const Variable& v, const Tensor& value) {
@@ -49,7 +81,9 @@ void notify_variable_read(const Variable& v, const Tensor& value) {
 }  // namespace detail
 
 GradientTape::GradientTape(bool persistent, bool watch_accessed_variables)
-    : persistent_(persistent), watch_accessed_variables_(watch_accessed_variables) {
+    : persistent_(persistent),
+      watch_accessed_variables_(watch_accessed_variables),
+      stop_depth_(t_stop_depth) {
   ensure_gradients_registered();
   t_tapes.push_back(this);
   set_thread_recorder(&t_recorder);
@@ -75,41 +109,43 @@ void GradientTape::watch(const Variable& v) {
 }
 
 void GradientTape::on_variable_read(const Variable& v, const Tensor& value) {
-  if (!watch_accessed_variables_ || paused_ > 0 || !is_floating(value.dtype())) return;
+  if (!watch_accessed_variables_ || !active() || !is_floating(value.dtype())) return;
   watched_.insert(value.id());
   if (std::find(variables_.begin(), variables_.end(), v) == variables_.end()) variables_.push_back(v);
 }
 
 void GradientTape::maybe_record(OpId op, const OpAttrs& attrs, std::span<const Tensor> inputs,
                                 std::span<const Tensor> outputs) {
-  if (paused_ > 0 || outputs.size() != 1 || !is_floating(outputs[0].dtype())) return;
+  if (!active() || outputs.size() != 1 || watched_.empty()) return;
   bool touches = false;
   for (const Tensor& t : inputs) {
-    if (watched_.count(t.id())) {
+    if (watched_.contains(t.id())) {
       touches = true;
       break;
     }
   }
-  if (!touches) return;
+  if (!touches || !is_floating(outputs[0].dtype())) return;
   const GradientDef* def = find_gradient(op);
   STRATA_CHECK(def != nullptr, op_name(op), ": no gradient registered (internal error)");
   if (!def->differentiable) return;  // e.g. stop_gradient: outputs stay unwatched
-  TapeNode node;
+  // Built in place: this runs once per op under a tape, so it avoids temporaries.
+  TapeNode& node = nodes_.emplace_back();
   node.op = op;
   node.attrs = attrs;
-  node.input_ids.reserve(inputs.size());
-  node.input_meta.reserve(inputs.size());
-  for (const Tensor& t : inputs) {
-    node.input_ids.push_back(t.id());
-    node.input_meta.push_back(meta_of(t));
+  node.input_ids.resize(inputs.size());
+  node.input_meta.resize(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const TensorImpl& impl = inputs[i].impl();
+    node.input_ids[i] = impl.id;
+    node.input_meta[i] = TensorMeta{impl.shape, impl.dtype, impl.device};
   }
+  // Inputs not needed stay unsaved (empty vector), so the tape does not keep them alive.
   if (def->needs_inputs) node.inputs.assign(inputs.begin(), inputs.end());
-  node.inputs.resize(inputs.size());
-  node.output_id = outputs[0].id();
-  node.output_meta = meta_of(outputs[0]);
+  const TensorImpl& out = outputs[0].impl();
+  node.output_id = out.id;
+  node.output_meta = TensorMeta{out.shape, out.dtype, out.device};
   if (def->needs_output) node.output = outputs[0];
   watched_.insert(node.output_id);
-  nodes_.push_back(std::move(node));
 }
 
 void GradientTape::reset() {
@@ -144,15 +180,18 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
   PauseGuard pause(paused_);
 
   // Forward sweep: which recorded tensors depend on a source.
-  std::unordered_set<uint64_t> source_ids, reach;
+  IdSet source_ids, reach;
   for (const Tensor& s : sources) {
     STRATA_CHECK(s.defined(), "GradientTape.gradient: undefined source tensor");
-    source_ids.insert(s.id());
+    // Only what this tape watches (or computed from a watched tensor) gets a gradient, as
+    // in TensorFlow: an unwatched tensor that merely met a watched one in some op is
+    // unconnected, even though that op is on the tape.
+    if (is_watched(s.id())) source_ids.insert(s.id());
   }
   reach = source_ids;
   for (const TapeNode& node : nodes_) {
     for (uint64_t id : node.input_ids) {
-      if (reach.count(id)) {
+      if (reach.contains(id)) {
         reach.insert(node.output_id);
         break;
       }
@@ -161,27 +200,35 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
 
   // Backward sweep, newest op first.
   std::unordered_map<uint64_t, Tensor> grads;
-  if (reach.count(target.id())) grads.emplace(target.id(), seed);
+  if (reach.contains(target.id())) grads.emplace(target.id(), seed);
   for (size_t i = nodes_.size(); i-- > 0 && !grads.empty();) {
     const TapeNode& node = nodes_[i];
     auto it = grads.find(node.output_id);
     if (it == grads.end()) continue;
     Tensor g = it->second;
-    if (!source_ids.count(node.output_id)) grads.erase(it);
+    if (!source_ids.contains(node.output_id)) grads.erase(it);
     const GradientDef* def = find_gradient(node.op);
-    GradContext ctx{node.op, node.attrs, node.inputs, node.input_meta, node.output, node.output_meta};
+    // Unsaved inputs are presented as undefined tensors, one per input.
+    std::vector<Tensor> unsaved;
+    const std::vector<Tensor>* inputs = &node.inputs;
+    if (node.inputs.size() != node.input_ids.size()) {
+      inputs = node.input_ids.size() < kMaxUnsavedInputs ? &undefined_inputs(node.input_ids.size())
+                                                         : &(unsaved = std::vector<Tensor>(node.input_ids.size()));
+    }
+    GradContext ctx{node.op, node.attrs, *inputs, node.input_meta, node.output, node.output_meta};
     std::vector<Tensor> in_grads = def->vjp(ctx, g);
     STRATA_CHECK(in_grads.size() == node.input_ids.size(), op_name(node.op),
                  ": gradient returned ", in_grads.size(), " tensors for ", node.input_ids.size(),
                  " inputs (internal error)");
     for (size_t k = 0; k < in_grads.size(); ++k) {
       const uint64_t id = node.input_ids[k];
-      if (!in_grads[k].defined() || !reach.count(id)) continue;
+      if (!in_grads[k].defined() || !reach.contains(id)) continue;
       Tensor gk = in_grads[k];
       const TensorMeta& m = node.input_meta[k];
       STRATA_CHECK(gk.shape() == m.shape, op_name(node.op), ": gradient for input ", k, " has shape ",
                    shape_str(gk.shape()), ", expected ", shape_str(m.shape), " (internal error)");
       if (gk.dtype() != m.dtype && is_floating(m.dtype)) gk = cast(gk, m.dtype);
+      if (gk.device() != m.device) gk = gk.to(m.device);  // a source's gradient lives with it
       auto [pos, inserted] = grads.emplace(id, gk);
       if (!inserted) pos->second = add(pos->second, gk);
     }

@@ -12,6 +12,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "autograd/id_set.h"
 #include "autograd/variable.h"
 #include "core/op_attrs.h"
 #include "core/op_id.h"
@@ -35,7 +36,7 @@ struct TapeNode {
   OpAttrs attrs;
   std::vector<uint64_t> input_ids;
   std::vector<TensorMeta> input_meta;
-  std::vector<Tensor> inputs;  // saved only when the op's gradient needs them
+  std::vector<Tensor> inputs;  // saved only when the op's gradient needs them (else empty)
   uint64_t output_id = 0;
   TensorMeta output_meta;
   Tensor output;  // saved only when the op's gradient needs it
@@ -78,29 +79,32 @@ class GradientTape {
   void on_variable_read(const Variable& v, const Tensor& value);
 
  private:
-  bool is_watched(uint64_t id) const { return watched_.count(id) != 0; }
+  friend bool is_recording();
+
+  bool is_watched(uint64_t id) const { return watched_.contains(id); }
+  // False while this tape computes a gradient or a StopRecording made after it is alive.
+  bool active() const;
 
   bool persistent_;
   bool watch_accessed_variables_;
   bool used_ = false;       // a non-persistent tape's gradient() was called
   int paused_ = 0;          // > 0 while this tape computes a gradient
-  std::unordered_set<uint64_t> watched_;  // watched tensors and everything computed from them
+  int stop_depth_ = 0;      // StopRecording scopes alive on this thread when the tape began
+  IdSet watched_;  // watched tensors and everything computed from them
   std::unordered_map<uint64_t, Tensor> watched_tensors_;  // explicitly watched (kept alive)
   std::vector<Variable> variables_;
   std::vector<TapeNode> nodes_;
 };
 
-// Pauses recording on every active tape of this thread for its lifetime
-// (tf.GradientTape.stop_recording; also used by custom_gradient).
+// Pauses recording on every tape of this thread that exists when it is made, for its
+// lifetime (tf.GradientTape.stop_recording; also used by custom_gradient). A tape created
+// inside the scope records normally, as a new tf.GradientTape inside stop_recording does.
 class StopRecording {
  public:
   StopRecording();
   ~StopRecording();
   StopRecording(const StopRecording&) = delete;
   StopRecording& operator=(const StopRecording&) = delete;
-
- private:
-  void* saved_;
 };
 
 // True when some tape on this thread is recording.

@@ -3,6 +3,9 @@
 #include <array>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
+#include <map>
+#include <mutex>
 #include <new>
 
 #include "core/error.h"
@@ -13,11 +16,27 @@ namespace strata {
 namespace {
 
 // 64-byte-aligned host memory with live/peak counters (relaxed atomics: statistics only).
+//
+// Large blocks are cached for reuse. glibc serves blocks above its mmap threshold (at most
+// 32 MiB) with a fresh mmap and unmaps them on free, so every large op output (an add of 16M
+// floats writes 64 MiB) paid a page fault and the kernel's zeroing for each 4 KiB page on
+// first touch: that made such an add 4-5x slower than a loop into a reused buffer. Freed
+// blocks of at least kCacheMin bytes are kept (up to kCacheMax bytes in all) and handed out
+// again for requests of the same size class. live_bytes counts only blocks held by tensors.
 class CpuAllocator final : public Allocator {
  public:
+  static constexpr size_t kCacheMin = size_t(1) << 20;        // 1 MiB
+  static constexpr size_t kCacheMax = size_t(1) << 30;        // 1 GiB cached at most
+  static constexpr size_t kCacheGranule = size_t(1) << 16;    // size classes of 64 KiB
+
   void* allocate(size_t bytes, Device) override {
-    const size_t rounded = ((bytes == 0 ? 1 : bytes) + 63) / 64 * 64;
-    void* p = std::aligned_alloc(64, rounded);
+    const size_t rounded = size_class((bytes == 0 ? 1 : bytes));
+    void* p = rounded >= kCacheMin ? take_cached(rounded) : nullptr;
+    if (!p) p = std::aligned_alloc(64, rounded);
+    if (!p) {
+      release_cached();  // memory held for reuse is better given back than failing
+      p = std::aligned_alloc(64, rounded);
+    }
     if (!p) fail("cpu allocator: out of memory allocating ", bytes, " bytes");
     int64_t live = live_.fetch_add(int64_t(bytes), std::memory_order_relaxed) + int64_t(bytes);
     int64_t peak = peak_.load(std::memory_order_relaxed);
@@ -27,8 +46,17 @@ class CpuAllocator final : public Allocator {
     return p;
   }
   void deallocate(void* ptr, size_t bytes, Device) override {
-    std::free(ptr);
     live_.fetch_sub(int64_t(bytes), std::memory_order_relaxed);
+    const size_t rounded = size_class(bytes == 0 ? 1 : bytes);
+    if (rounded >= kCacheMin) {
+      std::lock_guard<std::mutex> lock(cache_mutex_);
+      if (cached_bytes_ + rounded <= kCacheMax) {
+        cache_.emplace(rounded, ptr);
+        cached_bytes_ += rounded;
+        return;
+      }
+    }
+    std::free(ptr);
   }
   AllocatorStats stats() const override {
     return {live_.load(std::memory_order_relaxed), peak_.load(std::memory_order_relaxed),
@@ -36,8 +64,34 @@ class CpuAllocator final : public Allocator {
   }
   void reset_peak() override { peak_.store(live_.load()); }
 
+  void release_cached() {
+    std::lock_guard<std::mutex> lock(cache_mutex_);
+    for (const auto& [size, p] : cache_) std::free(p);
+    cache_.clear();
+    cached_bytes_ = 0;
+  }
+
  private:
+  static size_t size_class(size_t bytes) {
+    return bytes < kCacheMin ? (bytes + 63) / 64 * 64
+                             : (bytes + kCacheGranule - 1) / kCacheGranule * kCacheGranule;
+  }
+
+  void* take_cached(size_t rounded) {
+    std::lock_guard<std::mutex> lock(cache_mutex_);
+    const auto [lo, hi] = cache_.equal_range(rounded);
+    if (lo == hi) return nullptr;
+    const auto it = std::prev(hi);  // the block freed last: likeliest still in cache
+    void* p = it->second;
+    cache_.erase(it);
+    cached_bytes_ -= rounded;
+    return p;
+  }
+
   std::atomic<int64_t> live_{0}, peak_{0}, count_{0};
+  std::mutex cache_mutex_;
+  std::multimap<size_t, void*> cache_;  // size class -> free block
+  size_t cached_bytes_ = 0;
 };
 
 CpuAllocator& cpu_allocator() {
@@ -70,6 +124,8 @@ Allocator& allocator_for(DeviceType type) {
 }
 
 AllocatorStats cpu_allocator_stats() { return cpu_allocator().stats(); }
+
+void cpu_allocator_release_cached() { cpu_allocator().release_cached(); }
 
 Storage::Storage(size_t bytes, Device device) : bytes_(bytes), device_(device) {
   data_ = allocator_for(device.type).allocate(bytes, device);

@@ -33,7 +33,10 @@ Allocator& allocator_for(DeviceType type);
 void register_allocator(DeviceType type, Allocator* allocator);
 bool has_allocator(DeviceType type);
 
-// Statistics of the CPU allocator, used by leak tests.
+// Statistics of the CPU allocator, used by leak tests. Blocks kept for reuse (see
+// core/allocator.cc) are not live.
 AllocatorStats cpu_allocator_stats();
+// Frees the large blocks the CPU allocator keeps for reuse (at most 1 GiB).
+void cpu_allocator_release_cached();
 
 }  // namespace strata

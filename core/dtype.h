@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <ostream>
 #include <string>
 
@@ -47,6 +48,16 @@ template <> struct dtype_of<int32_t> { static constexpr DType value = DType::Int
 template <> struct dtype_of<int64_t> { static constexpr DType value = DType::Int64; };
 template <> struct dtype_of<bool> { static constexpr DType value = DType::Bool; };
 template <typename T> inline constexpr DType dtype_of_v = dtype_of<T>::value;
+
+// Float -> integer conversion without undefined behaviour: truncates toward zero, NaN gives
+// 0 and values beyond I's range saturate (a plain static_cast is undefined there in C++).
+template <typename I>
+inline I float_to_int(double v) {
+  if (!(v == v)) return I(0);
+  if (v >= double(std::numeric_limits<I>::max())) return std::numeric_limits<I>::max();
+  if (v <= double(std::numeric_limits<I>::min())) return std::numeric_limits<I>::min();
+  return static_cast<I>(v);
+}
 
 // Calls fn(T{}) with the C++ type of `t` — the one switch over dtypes kernels share.
 template <typename Fn>

@@ -94,7 +94,8 @@ Tensor operator-(double a, const Tensor& b);
 Tensor operator*(double a, const Tensor& b);
 Tensor operator/(double a, const Tensor& b);
 
-// ---- reductions (axes empty or std::nullopt = all axes) ----
+// ---- reductions (std::nullopt = all axes; an explicit empty list reduces nothing, as in
+// NumPy and TensorFlow, so computed axis lists need no special case) ----
 using Axes = std::optional<std::vector<int64_t>>;
 Tensor sum(const Tensor& x, const Axes& axes = std::nullopt, bool keepdims = false);
 Tensor mean(const Tensor& x, const Axes& axes = std::nullopt, bool keepdims = false);

@@ -23,7 +23,13 @@ Tensor matmul(const Tensor& a0, const Tensor& b0, bool transpose_a, bool transpo
                transpose_a ? "^T" : "", " @ ", shape_str(b0.shape()), transpose_b ? "^T" : "");
   Shape batch_a(a.shape().begin(), a.shape().begin() + (ra - 2));
   Shape batch_b(b.shape().begin(), b.shape().begin() + (rb - 2));
-  Shape shape = broadcast_shapes(batch_a, batch_b, "matmul");
+  Shape shape;
+  try {
+    shape = broadcast_shapes(batch_a, batch_b, "matmul");
+  } catch (const Error&) {
+    fail("matmul: batch dimensions cannot be broadcast together: ", shape_str(a0.shape()), " @ ",
+         shape_str(b0.shape()));
+  }
   shape.push_back(m);
   shape.push_back(n);
   OpAttrs attrs;
@@ -145,6 +151,7 @@ Tensor conv2d_backprop_input(const Shape& input_shape, const Tensor& w, const Te
   const char* op = "conv2d_backprop_input";
   const Device device = detail::op_device(op, {&w, &dy});
   check_nhwc(op, dy);
+  STRATA_CHECK(w.dtype() == dy.dtype(), op, ": dtype mismatch: filter ", w.dtype(), ", dy ", dy.dtype());
   STRATA_CHECK(input_shape.size() == 4, op, ": input shape must be rank 4");
   const Shape expect = conv_out_shape(op, input_shape, w.shape(), strides, padding);
   STRATA_CHECK(dy.shape() == expect, op, ": dy has shape ", shape_str(dy.shape()), ", expected ",
@@ -160,6 +167,7 @@ Tensor conv2d_backprop_filter(const Tensor& x, const Shape& filter_shape, const 
   const Device device = detail::op_device(op, {&x, &dy});
   check_nhwc(op, x);
   check_nhwc(op, dy);
+  STRATA_CHECK(x.dtype() == dy.dtype(), op, ": dtype mismatch: input ", x.dtype(), ", dy ", dy.dtype());
   const Shape expect = conv_out_shape(op, x.shape(), filter_shape, strides, padding);
   STRATA_CHECK(dy.shape() == expect, op, ": dy has shape ", shape_str(dy.shape()), ", expected ",
                shape_str(expect));
@@ -183,6 +191,7 @@ Tensor max_pool2d_grad(const Tensor& x, const Tensor& dy, std::array<int64_t, 2>
   const char* op = "max_pool2d_grad";
   const Device device = detail::op_device(op, {&x, &dy});
   check_nhwc(op, x);
+  STRATA_CHECK(x.dtype() == dy.dtype(), op, ": dtype mismatch: input ", x.dtype(), ", dy ", dy.dtype());
   STRATA_CHECK(dy.shape() == pool_out_shape(op, x.shape(), window, strides, padding), op,
                ": dy has shape ", shape_str(dy.shape()), " which does not match the pooled input");
   OpAttrs attrs = conv_attrs(strides, padding);

@@ -80,7 +80,10 @@ Tensor mean(const Tensor& x, const Axes& axes, bool keepdims) {
   int64_t count = 1;
   for (int64_t a : ax) count *= x.shape()[size_t(a)];
   Tensor s = sum(x, std::vector<int64_t>(ax), keepdims);
-  return count == 0 ? s * std::numeric_limits<double>::quiet_NaN() : s / double(count);
+  if (count == 0) return s * std::numeric_limits<double>::quiet_NaN();
+  // The divisor takes the tensor's dtype: in float16 a count above 65504 would be inf.
+  if (is_half(x.dtype())) return cast(cast(s, kFloat32) / double(count), x.dtype());
+  return s / double(count);
 }
 
 Tensor argmax(const Tensor& x, int64_t axis, bool keepdims) { return arg_reduce(OpId::ArgMax, x, axis, keepdims); }

@@ -253,6 +253,7 @@ Tensor scatter_add(const Tensor& updates, const Tensor& indices, const Shape& sh
                    int64_t axis) {
   detail::require_defined("scatter_add", updates);
   require_indices("scatter_add", indices);
+  STRATA_CHECK(updates.dtype() != kBool, "scatter_add: expected numeric updates, got bool");
   axis = normalize_axis(axis, int64_t(shape.size()), "scatter_add");
   Shape expected(shape.begin(), shape.begin() + axis);
   expected.insert(expected.end(), indices.shape().begin(), indices.shape().end());

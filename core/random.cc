@@ -50,6 +50,46 @@ void check_float(DType dtype, const char* op) {
   STRATA_CHECK(is_floating(dtype), op, ": expected a floating dtype, got ", dtype);
 }
 
+// The largest value of T (a 16-bit float) below `high`: step the bit pattern towards -inf.
+template <typename T>
+double step_below(double v, double high) {
+  T t{float(v)};  // the same double -> float -> T rounding as Tensor::from_vector
+  while (double(float(t)) >= high) {
+    if ((t.bits & 0x7fffu) == 0) {
+      t.bits = 0x8001u;  // +-0 -> the smallest negative subnormal
+    } else if (t.bits & 0x8000u) {
+      ++t.bits;  // negative: a larger magnitude is smaller
+    } else {
+      --t.bits;
+    }
+  }
+  return double(float(t));
+}
+
+// low + (high - low) * u with u < 1 can still round up to `high` in the output dtype
+// (bfloat16 keeps 8 significant bits: 0.2% of uniform(0, 1) draws would be exactly 1).
+// Such draws become the largest value of the dtype below high, so every draw is in
+// [low, high) as documented.
+double below_high(double v, double low, double high, DType dtype) {
+  if (!(high > low)) return v;
+  double r = v;
+  switch (dtype) {
+    case DType::Float64:
+      if (r >= high) r = std::nextafter(high, low);
+      break;
+    case DType::Float32: {
+      float f = float(v);
+      while (double(f) >= high) f = std::nextafterf(f, -INFINITY);
+      r = f;
+      break;
+    }
+    case DType::Float16: r = step_below<Half>(v, high); break;
+    case DType::BFloat16: r = step_below<BFloat16>(v, high); break;
+    default: break;
+  }
+  return std::max(r, low);
+}
+
 // Standard normal for element i from two uniforms (Box-Muller), stream-separated.
 double normal01(const Uniform01& u, uint64_t i) {
   double u1 = u(2 * i), u2 = u(2 * i + 1);
@@ -66,7 +106,9 @@ Tensor uniform(const Shape& shape, uint64_t seed, double low, double high, DType
   const int64_t n = numel_of(shape);
   std::vector<double> v(static_cast<size_t>(n));
   Uniform01 u{seed, 1};
-  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = low + (high - low) * u(uint64_t(i));
+  for (int64_t i = 0; i < n; ++i) {
+    v[size_t(i)] = below_high(low + (high - low) * u(uint64_t(i)), low, high, dtype);
+  }
   return from_doubles(v, shape, dtype, device);
 }
 

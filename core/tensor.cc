@@ -122,7 +122,12 @@ Tensor Tensor::to(Device target) const {
 }
 
 void Tensor::copy_(const Tensor& src) const {
-  Tensor value = src;
+  for (size_t d = 0; d < shape().size(); ++d) {
+    STRATA_CHECK(strides()[d] != 0 || shape()[d] <= 1, "copy_: cannot write into ",
+                 shape_str(shape()), ": it is a broadcast view whose elements share memory");
+  }
+  // Reading from the memory being written (x.copy_(x.transpose())) needs a snapshot first.
+  Tensor value = src.defined() && src.shares_storage(*this) ? src.clone() : src;
   if (value.dtype() != dtype()) value = strata::cast(value, dtype());
   if (value.shape() != shape()) value = strata::broadcast_to(value, shape());
   if (!same_memory(value.device(), device())) value = value.to(device());
@@ -147,7 +152,16 @@ void convert_elements(const void* src, DType from, void* dst, DType to, int64_t 
       D* out = static_cast<D*>(dst);
       for (int64_t i = 0; i < n; ++i) {
         if constexpr (std::is_same_v<D, bool>) {
-          out[i] = static_cast<float>(in[i]) != 0.0f;
+          // Compare in the source type: float(1e-50) would be 0 and turn true into false.
+          if constexpr (std::is_same_v<S, Half> || std::is_same_v<S, BFloat16>) {
+            out[i] = float(in[i]) != 0.0f;
+          } else {
+            out[i] = in[i] != S(0);
+          }
+        } else if constexpr (std::is_integral_v<D> &&
+                             (std::is_floating_point_v<S> || std::is_same_v<S, Half> ||
+                              std::is_same_v<S, BFloat16>)) {
+          out[i] = float_to_int<D>(double(in[i]));
         } else if constexpr (std::is_same_v<S, Half> || std::is_same_v<S, BFloat16>) {
           out[i] = D(float(in[i]));
         } else if constexpr (std::is_same_v<D, Half> || std::is_same_v<D, BFloat16>) {
@@ -173,25 +187,32 @@ void copy_to_host(const Tensor& t, void* dst) {
 
 namespace {
 
+enum class ValueKind { Float, Int, Bool };
+
+void print_value(std::ostream& os, double x, ValueKind kind) {
+  if (kind == ValueKind::Bool) {
+    os << (x != 0 ? "True" : "False");
+  } else if (kind == ValueKind::Int) {
+    os << int64_t(x);
+  } else if (std::isnan(x)) {
+    os << "nan";
+  } else if (std::isinf(x)) {
+    os << (x > 0 ? "inf" : "-inf");
+  } else {
+    os << x;
+  }
+}
+
 void print_rec(std::ostream& os, const std::vector<double>& v, const Shape& shape,
-               const Strides& strides, size_t dim, int64_t base, bool summarise, bool is_int,
+               const Strides& strides, size_t dim, int64_t base, bool summarise, ValueKind kind,
                int indent) {
   const int64_t n = shape[dim];
   os << '[';
   auto emit = [&](int64_t i) {
     if (dim + 1 == shape.size()) {
-      const double x = v[size_t(base + i * strides[dim])];
-      if (is_int) {
-        os << int64_t(x);
-      } else if (std::isnan(x)) {
-        os << "nan";
-      } else if (std::isinf(x)) {
-        os << (x > 0 ? "inf" : "-inf");
-      } else {
-        os << std::setprecision(6) << x;
-      }
+      print_value(os, v[size_t(base + i * strides[dim])], kind);
     } else {
-      print_rec(os, v, shape, strides, dim + 1, base + i * strides[dim], summarise, is_int,
+      print_rec(os, v, shape, strides, dim + 1, base + i * strides[dim], summarise, kind,
                 indent + 1);
     }
   };
@@ -218,16 +239,22 @@ std::string Tensor::str() const {
 std::ostream& operator<<(std::ostream& os, const Tensor& t) {
   if (!t.defined()) return os << "tensor(undefined)";
   std::vector<double> v = t.to_vector<double>();
-  os << "tensor(";
+  const ValueKind kind = t.dtype() == kBool        ? ValueKind::Bool
+                         : is_floating(t.dtype()) ? ValueKind::Float
+                                                  : ValueKind::Int;
+  // Format into a local stream so the caller's stream keeps its own flags and precision.
+  std::ostringstream body;
+  body << std::setprecision(6);
+  body << "tensor(";
   if (t.ndim() == 0) {
-    os << v[0];
+    print_value(body, v[0], kind);
   } else {
-    print_rec(os, v, t.shape(), contiguous_strides(t.shape()), 0, 0, t.numel() > 1000,
-              !is_floating(t.dtype()), 7);
+    print_rec(body, v, t.shape(), contiguous_strides(t.shape()), 0, 0, t.numel() > 1000, kind, 7);
   }
-  os << ", shape=" << shape_str(t.shape()) << ", dtype=" << t.dtype();
-  if (!(t.device() == Device())) os << ", device=" << t.device();
-  return os << ')';
+  body << ", shape=" << shape_str(t.shape()) << ", dtype=" << t.dtype();
+  if (!(t.device() == Device())) body << ", device=" << t.device();
+  body << ')';
+  return os << body.str();
 }
 
 }  // namespace strata

@@ -520,6 +520,11 @@ bool ClusterResolver::is_chief() const {
   return task_type_ == "worker" && task_id_ == 0 && !spec_.has_job("chief");
 }
 
+std::string ClusterResolver::task_address() const {
+  if (source_ == ClusterSource::Local || spec_.num_tasks(task_type_) <= task_id_) return {};
+  return spec_.task_address(task_type_, task_id_);
+}
+
 std::string ClusterResolver::rendezvous_address() const {
   return join_address(rendezvous_host_, rendezvous_port_);
 }

@@ -111,6 +111,11 @@ class ClusterResolver {
   int local_rank() const { return local_rank_; }
   int local_size() const { return local_size_; }
 
+  // This task's "host:port" in the cluster; empty where the launcher does not publish it
+  // (mpirun across hosts, an evaluator outside the cluster). Its host is the address to
+  // give Gloo (GlooCommunicatorOptions::hostname) so that peers on other machines reach it.
+  std::string task_address() const;
+
   // Where the rendezvous store listens (hosted by worker rank 0).
   const std::string& rendezvous_host() const { return rendezvous_host_; }
   int rendezvous_port() const { return rendezvous_port_; }

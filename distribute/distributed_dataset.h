@@ -1,14 +1,28 @@
-// DistributedDataset: a dataset whose elements are split across the replicas of a strategy
-// (tf.distribute.DistributedDataset). Each global batch is split along axis 0 as evenly as
-// possible — a short last batch gives some replicas fewer (possibly zero) examples and is
-// never dropped silently. Across workers the dataset is first auto-sharded.
+// DistributedDataset: a dataset whose elements are fed to the replicas of a strategy
+// (tf.distribute.DistributedDataset).
+//
+// From experimental_distribute_dataset: each element is a global batch, split along axis
+// 0 as TensorFlow's rebatching does. A full batch of B examples gives the first B % n
+// replicas one example more than the others ([3, 3, 2] for 8 over 3); a shorter batch
+// (the last one) fills the replicas in order up to those sizes, so some get fewer or zero
+// examples ([3, 2, 0] for 5 over 3, [4, 2] for 6 over 2 with B = 8). Nothing is dropped
+// silently. B is the largest batch seen so far by this dataset.
+//
+// From distribute_datasets_from_function: the function's dataset yields per-replica
+// batches, handed to the local replicas in turn; when it ends part-way, the remaining
+// replicas get empty batches shaped like the first replica's.
+//
+// Each replica's part is copied to its device and one batch per replica is prepared ahead
+// on a background thread (InputOptions). Iteration state can be saved and restored.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <optional>
 
 #include "data/dataset.h"
+#include "distribute/input_options.h"
 #include "distribute/values.h"
 
 namespace strata::distribute {
@@ -17,6 +31,7 @@ class Strategy;
 
 class DistributedIterator {
  public:
+  // `it` runs the prepared pipeline; each element holds n groups of `components` tensors.
   DistributedIterator(Strategy& strategy, data::Iterator it, bool per_replica_elements);
   // The next element for every local replica, or nullopt at the end.
   std::optional<PerReplica<data::Batch>> next();
@@ -28,6 +43,7 @@ class DistributedIterator {
     RangeIterator() = default;
     explicit RangeIterator(DistributedIterator* it) : it_(it) { ++*this; }
     PerReplica<data::Batch>& operator*() { return *current_; }
+    PerReplica<data::Batch>* operator->() { return &*current_; }
     RangeIterator& operator++() {
       current_ = it_->next();
       return *this;
@@ -49,25 +65,31 @@ class DistributedIterator {
 
 class DistributedDataset {
  public:
-  // per_replica_elements: the dataset yields one element per replica (from a dataset
-  // function) rather than global batches to split.
-  DistributedDataset(Strategy& strategy, data::Dataset dataset, bool per_replica_elements);
+  enum class Mode {
+    SplitGlobalBatches,  // experimental_distribute_dataset
+    PerReplicaElements,  // distribute_datasets_from_function
+  };
+  DistributedDataset(Strategy& strategy, data::Dataset dataset, Mode mode, const InputOptions& options = {});
 
   DistributedIterator make_iterator() const;
   // Range-for: each loop gets a fresh iterator (one epoch).
   DistributedIterator::RangeIterator begin();
   std::default_sentinel_t end() { return {}; }
+  // The dataset as given (before splitting, placement and prefetching).
   const data::Dataset& dataset() const { return dataset_; }
 
  private:
   Strategy* strategy_;
   data::Dataset dataset_;
-  bool per_replica_elements_;
+  data::Dataset pipeline_;  // dataset_ with the split / placement / prefetch stages
+  Mode mode_;
   std::shared_ptr<DistributedIterator> active_;  // the iterator of the current range-for
 };
 
-// Splits every component of a global batch along axis 0 into n parts as even as possible
-// (the first B % n parts get one more example).
-std::vector<data::Batch> split_batch(const data::Batch& batch, int n);
+// The examples each replica gets of a batch of `batch` rows when full batches have
+// `full_batch` rows (TensorFlow's rebatching, see above). Sums to `batch`.
+std::vector<int64_t> split_sizes(int64_t batch, int64_t full_batch, int replicas);
+// Splits every component of a batch along axis 0 with those sizes (views, no copies).
+std::vector<data::Batch> split_batch(const data::Batch& batch, int replicas, int64_t full_batch = 0);
 
 }  // namespace strata::distribute

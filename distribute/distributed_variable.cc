@@ -2,179 +2,244 @@
 
 #include "autograd/tape.h"
 #include "core/ops.h"
+#include "distribute/collective/in_process.h"
 #include "distribute/local_replica_context.h"
 #include "distribute/strategy.h"
 
 namespace strata::distribute {
 
+using autograd::VariableAggregation;
+using autograd::VariableSynchronization;
+
 namespace {
-LocalReplicaContext* local_context_of(const Strategy& strategy) {
-  auto* ctx = dynamic_cast<LocalReplicaContext*>(detail::current_replica_context());
-  return ctx && &ctx->strategy() == &strategy ? ctx : nullptr;
+// TensorFlow's values_util.aggregation_error_msg, shortened.
+[[noreturn]] void fail_no_aggregation(const std::string& kind, const std::string& name) {
+  fail(kind, " '", name, "': you must specify an aggregation method to update a ", kind,
+       " in replica context: pass VariableOptions::aggregation (Sum, Mean or OnlyFirstReplica) when creating it. "
+       "This is required because ", kind, "s are kept in sync: updates in replica context are aggregated across "
+       "replicas before they are applied. Alternatively update it in cross-replica context (outside run(), or "
+       "inside merge_call / StrategyExtended::update).");
 }
 }  // namespace
 
+// ---- base ----
+
 DistributedVariableImpl::DistributedVariableImpl(Strategy& strategy, const Tensor& initial,
-                                                 autograd::VariableOptions options)
+                                                 autograd::VariableOptions options, const std::vector<Device>& devices)
     : VariableImpl(std::move(options)), strategy_(strategy) {
   STRATA_CHECK(initial.defined(), "Variable '", options_.name, "': undefined initial value");
-  for (const Device& d : strategy.parameter_devices()) {
+  autograd::StopRecording no_tape;
+  for (const Device& d : devices) {
     Tensor c = Tensor::empty(initial.shape(), initial.dtype(), d);
     c.copy_(initial);
     components_.push_back(c);
   }
 }
 
-int DistributedVariableImpl::current_replica() const {
-  LocalReplicaContext* ctx = local_context_of(strategy_);
-  return ctx ? ctx->communicator().rank() : -1;
+LocalReplicaContext* DistributedVariableImpl::replica() const { return strategy_.current_local_context(); }
+
+std::shared_ptr<autograd::VariableImpl> DistributedVariableImpl::make_like(const Tensor& initial,
+                                                                           autograd::VariableOptions options) const {
+  return strategy_.make_variable(initial, options);
 }
 
-std::shared_ptr<autograd::VariableImpl> DistributedVariableImpl::make_like(
-    const Tensor& initial, autograd::VariableOptions options) const {
-  return make_distributed_variable(strategy_, initial, options);
+const char* DistributedVariableImpl::update_name(Update kind) {
+  switch (kind) {
+    case Update::Assign: return "assign";
+    case Update::Add: return "assign_add";
+    case Update::Sub: return "assign_sub";
+  }
+  return "?";
+}
+
+void DistributedVariableImpl::apply(const Tensor& component, const Tensor& value, Update how) const {
+  autograd::StopRecording no_tape;
+  STRATA_CHECK(value.defined(), kind(), " '", options_.name, "'.", update_name(how), ": undefined value");
+  Tensor result;
+  switch (how) {
+    case Update::Assign:
+      STRATA_CHECK(value.shape() == component.shape(), kind(), " '", options_.name, "'.assign: shape ",
+                   shape_str(value.shape()), " does not match the variable's shape ", shape_str(component.shape()));
+      component.copy_(value);
+      return;
+    case Update::Add: result = add(component, value); break;
+    case Update::Sub: result = sub(component, value); break;
+  }
+  STRATA_CHECK(result.shape() == component.shape(), kind(), " '", options_.name, "'.", update_name(how),
+               ": a delta of shape ", shape_str(value.shape()), " does not fit the variable's shape ",
+               shape_str(component.shape()));
+  component.copy_(result);
 }
 
 // ---- mirrored ----
 
+MirroredVariableImpl::MirroredVariableImpl(Strategy& strategy, const Tensor& initial, autograd::VariableOptions options)
+    : DistributedVariableImpl(strategy, initial, std::move(options), strategy.parameter_devices()) {}
+
 Tensor MirroredVariableImpl::value() const {
-  const int r = current_replica();
-  return components_[size_t(r >= 0 ? r : 0)];
+  LocalReplicaContext* ctx = replica();
+  return components_[size_t(ctx ? ctx->local_index() : 0)];
 }
 
-void MirroredVariableImpl::assign(const Tensor& v) { update(v, Update::Assign); }
-void MirroredVariableImpl::assign_add(const Tensor& d) { update(d, Update::Add); }
-void MirroredVariableImpl::assign_sub(const Tensor& d) { update(d, Update::Sub); }
+void MirroredVariableImpl::restore_checkpoint_value(const Tensor& v) {
+  for (const Tensor& c : components_) apply(c, v, Update::Assign);
+}
 
 void MirroredVariableImpl::update(const Tensor& v, Update kind) {
   autograd::StopRecording no_tape;
-  auto apply = [&](const Tensor& component, const Tensor& value) {
-    switch (kind) {
-      case Update::Assign: component.copy_(value); break;
-      case Update::Add: component.copy_(add(component, value)); break;
-      case Update::Sub: component.copy_(sub(component, value)); break;
-    }
-  };
-  STRATA_CHECK(v.defined(), "MirroredVariable '", options_.name, "': undefined value");
-  STRATA_CHECK(v.shape() == components_[0].shape() || v.numel() == 1,
-               "MirroredVariable '", options_.name, "': value shape ", shape_str(v.shape()),
-               " does not match the variable's shape ", shape_str(components_[0].shape()));
-  const int r = current_replica();
-  if (r < 0) {  // cross-replica context: the same update on every component
-    for (const Tensor& c : components_) apply(c, v);
+  LocalReplicaContext* ctx = replica();
+  if (!ctx) {  // cross-replica context: the same update on every component
+    for (const Tensor& c : components_) apply(c, v, kind);
     return;
   }
-  LocalReplicaContext* ctx = local_context_of(strategy_);
-  Tensor reduced;
+  STRATA_CHECK(v.defined(), "MirroredVariable '", options_.name, "'.", update_name(kind), ": undefined value");
+  const Tensor& mine = components_[size_t(ctx->local_index())];
+  const std::string what = "MirroredVariable(" + options_.name + ")." + update_name(kind);
   switch (options_.aggregation) {
-    case autograd::VariableAggregation::None:
-      fail("MirroredVariable '", options_.name, "': updating a mirrored variable in replica context "
-           "needs an aggregation method; pass VariableOptions::aggregation (Sum, Mean or "
-           "OnlyFirstReplica) when creating it, or update it in cross-replica context");
-    case autograd::VariableAggregation::Sum: reduced = ctx->all_reduce(ReduceOp::Sum, v.contiguous()); break;
-    case autograd::VariableAggregation::Mean: reduced = ctx->all_reduce(ReduceOp::Mean, v.contiguous()); break;
-    case autograd::VariableAggregation::OnlyFirstReplica:
-      reduced = ctx->merge_call([](const std::vector<Tensor>& values) { return values[0]; }, v);
-      break;
+    case VariableAggregation::None:  // TensorFlow: the replica updates its own component
+      apply(mine, v, kind);
+      return;
+    case VariableAggregation::Sum: apply(mine, ctx->all_reduce(ReduceOp::Sum, v), kind); return;
+    case VariableAggregation::Mean: apply(mine, ctx->all_reduce(ReduceOp::Mean, v), kind); return;
+    case VariableAggregation::OnlyFirstReplica: {
+      // A copy of replica 0's value, so that replica 0 may change its tensor afterwards.
+      Tensor first = ctx->merge_call(what, [](const std::vector<Tensor>& values) { return values[0].clone(); }, v);
+      apply(mine, first, kind);
+      return;
+    }
   }
-  apply(components_[size_t(r)], reduced);
 }
 
 // ---- sync on read ----
 
+SyncOnReadVariableImpl::SyncOnReadVariableImpl(Strategy& strategy, const Tensor& initial,
+                                               autograd::VariableOptions options)
+    : DistributedVariableImpl(strategy, initial, std::move(options), strategy.parameter_devices()) {}
+
 Tensor SyncOnReadVariableImpl::aggregate() const {
   autograd::StopRecording no_tape;
   switch (options_.aggregation) {
-    case autograd::VariableAggregation::Sum:
-    case autograd::VariableAggregation::Mean: {
-      Tensor acc = components_[0].clone();
-      for (size_t i = 1; i < components_.size(); ++i) acc = add(acc, components_[i]);
-      if (options_.aggregation == autograd::VariableAggregation::Mean && components_.size() > 1) {
-        acc = is_floating(acc.dtype()) ? acc / double(components_.size())
-                                       : cast(cast(acc, kFloat64) / double(components_.size()), acc.dtype());
-      }
-      return acc;
-    }
-    default: return components_[0];
+    case VariableAggregation::Sum: return fold_reduce(components_, ReduceOp::Sum, components_[0].device());
+    case VariableAggregation::Mean: return fold_reduce(components_, ReduceOp::Mean, components_[0].device());
+    case VariableAggregation::OnlyFirstReplica:
+    case VariableAggregation::None: return components_[0];
   }
+  return components_[0];
 }
 
 Tensor SyncOnReadVariableImpl::value() const {
-  const int r = current_replica();
-  return r >= 0 ? components_[size_t(r)] : aggregate();
+  LocalReplicaContext* ctx = replica();
+  return ctx ? components_[size_t(ctx->local_index())] : aggregate();
 }
 
-void SyncOnReadVariableImpl::assign(const Tensor& v) {
-  autograd::StopRecording no_tape;
-  const int r = current_replica();
-  if (r >= 0) {
-    components_[size_t(r)].copy_(v);
-    return;
-  }
-  restore_checkpoint_value(v);
+Tensor SyncOnReadVariableImpl::checkpoint_value() const {
+  STRATA_CHECK(options_.aggregation != VariableAggregation::None, "SyncOnReadVariable '", options_.name,
+               "': cannot checkpoint a sync-on-read variable whose aggregation is None (its replicas' values have no "
+               "single meaning); create it with aggregation Sum, Mean or OnlyFirstReplica");
+  return aggregate();
 }
 
-void SyncOnReadVariableImpl::restore_checkpoint_value(const Tensor& v) {
+void SyncOnReadVariableImpl::restore_checkpoint_value(const Tensor& v) { assign_cross_replica(v); }
+
+void SyncOnReadVariableImpl::assign_cross_replica(const Tensor& v) {
   autograd::StopRecording no_tape;
-  if (options_.aggregation != autograd::VariableAggregation::Sum || components_.size() == 1) {
-    for (const Tensor& c : components_) c.copy_(v);
+  STRATA_CHECK(v.defined(), "SyncOnReadVariable '", options_.name, "'.assign: undefined value");
+  const Tensor& first = components_[0];
+  STRATA_CHECK(v.shape() == first.shape(), "SyncOnReadVariable '", options_.name, "'.assign: shape ",
+               shape_str(v.shape()), " does not match the variable's shape ", shape_str(first.shape()));
+  const size_t n = components_.size();
+  if (options_.aggregation != VariableAggregation::Sum || n == 1 || first.dtype() == kBool) {
+    for (const Tensor& c : components_) apply(c, v, Update::Assign);
     return;
   }
-  // A sum spread over the replicas so that reading it back gives v.
-  if (is_floating(v.dtype())) {
-    Tensor share = v / double(components_.size());
+  // To preserve a sum across save and restore, the total is divided across the replicas
+  // (TensorFlow's on_read_assign_cross_replica). Integers are split exactly: the first
+  // |remainder| replicas take one more unit, so the sum reads back unchanged.
+  if (is_floating(first.dtype())) {
+    Tensor share = cast(v, first.dtype()) / double(n);
     for (const Tensor& c : components_) c.copy_(share);
-  } else {
-    components_[0].copy_(v);
-    for (size_t i = 1; i < components_.size(); ++i) components_[i].copy_(zeros_like(components_[i]));
+    return;
+  }
+  const std::vector<int64_t> total = v.to_vector<int64_t>();
+  const int64_t parts = int64_t(n);
+  for (size_t i = 0; i < n; ++i) {
+    std::vector<int64_t> share(total.size());
+    for (size_t k = 0; k < total.size(); ++k) {
+      const int64_t q = total[k] / parts, rem = total[k] % parts;  // rem has the sign of total
+      const int64_t extra = int64_t(i) < (rem < 0 ? -rem : rem) ? (rem < 0 ? -1 : 1) : 0;
+      share[k] = q + extra;
+    }
+    components_[i].copy_(Tensor::from_vector(share, first.shape(), first.dtype()));
   }
 }
 
-void SyncOnReadVariableImpl::assign_add(const Tensor& delta) {
+void SyncOnReadVariableImpl::update(const Tensor& v, Update kind) {
   autograd::StopRecording no_tape;
-  const int r = current_replica();
-  if (r >= 0) {
-    components_[size_t(r)].copy_(add(components_[size_t(r)], delta));
+  if (LocalReplicaContext* ctx = replica()) {  // replica context: only this replica's component
+    apply(components_[size_t(ctx->local_index())], v, kind);
     return;
   }
-  STRATA_CHECK(options_.aggregation != autograd::VariableAggregation::Sum, "SyncOnReadVariable '",
-               options_.name, "' does not support assign_add in cross-replica context when its "
-               "aggregation is Sum");
-  for (const Tensor& c : components_) c.copy_(add(c, delta));
+  if (kind == Update::Assign) {
+    assign_cross_replica(v);
+    return;
+  }
+  STRATA_CHECK(options_.aggregation != VariableAggregation::Sum, "SyncOnReadVariable '", options_.name,
+               "' does not support ", update_name(kind),
+               " in cross-replica context when its aggregation is Sum (the change would be counted once per "
+               "replica); update it inside run() or assign the new total");
+  for (const Tensor& c : components_) apply(c, v, kind);
 }
 
-void SyncOnReadVariableImpl::assign_sub(const Tensor& delta) {
+// ---- aggregating (central storage) ----
+
+AggregatingVariableImpl::AggregatingVariableImpl(Strategy& strategy, const Tensor& initial,
+                                                 autograd::VariableOptions options)
+    : DistributedVariableImpl(strategy, initial, std::move(options), {strategy.parameter_devices().at(0)}) {}
+
+void AggregatingVariableImpl::update(const Tensor& v, Update kind) {
   autograd::StopRecording no_tape;
-  const int r = current_replica();
-  if (r >= 0) {
-    components_[size_t(r)].copy_(sub(components_[size_t(r)], delta));
+  LocalReplicaContext* ctx = replica();
+  if (!ctx) {
+    apply(components_[0], v, kind);
     return;
   }
-  STRATA_CHECK(options_.aggregation != autograd::VariableAggregation::Sum, "SyncOnReadVariable '",
-               options_.name, "' does not support assign_sub in cross-replica context when its "
-               "aggregation is Sum");
-  for (const Tensor& c : components_) c.copy_(sub(c, delta));
+  if (options_.aggregation == VariableAggregation::None) fail_no_aggregation("AggregatingVariable", options_.name);
+  STRATA_CHECK(v.defined(), "AggregatingVariable '", options_.name, "'.", update_name(kind), ": undefined value");
+  const std::string what = "AggregatingVariable(" + options_.name + ")." + update_name(kind);
+  // The replicas' values are aggregated and the update applied once, by one replica,
+  // while the others wait (TensorFlow's merge_call path).
+  ctx->merge_call(
+      what,
+      [&](const std::vector<Tensor>& values) {
+        const Tensor& target = components_[0];
+        Tensor aggregated;
+        switch (options_.aggregation) {
+          case VariableAggregation::Sum: aggregated = fold_reduce(values, ReduceOp::Sum, target.device()); break;
+          case VariableAggregation::Mean: aggregated = fold_reduce(values, ReduceOp::Mean, target.device()); break;
+          default: aggregated = values[0]; break;
+        }
+        apply(target, aggregated, kind);
+        return Tensor();
+      },
+      v);
 }
+
+// ---- creation ----
 
 std::shared_ptr<autograd::VariableImpl> make_distributed_variable(Strategy& strategy, const Tensor& initial,
                                                                   const autograd::VariableOptions& options) {
-  auto create = [&]() -> std::shared_ptr<autograd::VariableImpl> {
-    if (options.synchronization == autograd::VariableSynchronization::OnRead) {
-      return std::make_shared<SyncOnReadVariableImpl>(strategy, initial, options);
-    }
-    return std::make_shared<MirroredVariableImpl>(strategy, initial, options);
-  };
-  // Created inside run(): one replica creates it, every replica gets the same variable
-  // (TensorFlow creates variables in cross-replica context through merge_call).
-  if (LocalReplicaContext* ctx = local_context_of(strategy); ctx && strategy.num_local_replicas() > 1) {
-    return std::static_pointer_cast<autograd::VariableImpl>(ctx->run_once_shared([&] {
-      detail::set_replica_context(nullptr);  // cross-replica context while creating
-      auto impl = create();
-      detail::set_replica_context(ctx);
-      return std::static_pointer_cast<void>(impl);
-    }));
+  STRATA_CHECK(options.synchronization != VariableSynchronization::None,
+               "Variable '", options.name, "': synchronization None is not supported with the '", strategy.name(),
+               "' strategy; use Auto/OnWrite (mirrored) or OnRead (sync-on-read)");
+  STRATA_CHECK(initial.defined(), "Variable '", options.name, "': undefined initial value");
+  STRATA_CHECK(options.aggregation != VariableAggregation::Mean || is_floating(initial.dtype()),
+               "Variable '", options.name, "': creating a distributed variable with aggregation Mean and the "
+               "non-floating dtype ", dtype_name(initial.dtype()), " is not supported; use a different aggregation or "
+               "dtype");
+  if (options.synchronization == VariableSynchronization::OnRead) {
+    return std::make_shared<SyncOnReadVariableImpl>(strategy, initial, options);
   }
-  return create();
+  return std::make_shared<MirroredVariableImpl>(strategy, initial, options);
 }
 
 }  // namespace strata::distribute

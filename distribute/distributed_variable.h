@@ -1,8 +1,36 @@
-// Distributed variables: MirroredVariable (one component per replica, kept equal by
-// identical updates) and SyncOnReadVariable (per-replica components aggregated on read),
-// with TensorFlow's assign semantics in replica and cross-replica context.
+// Distributed variables, with TensorFlow's semantics (values.py, ps_values.py):
+//
+// MirroredVariable (synchronization Auto/OnWrite under MirroredStrategy): one component per
+// replica, kept equal. Reads see the replica's own component (the first one in
+// cross-replica context). Updates:
+//  - cross-replica context: the same update on every component;
+//  - replica context, aggregation None: only the calling replica's component;
+//  - replica context, Sum/Mean: the replicas' values are all-reduced, and every replica
+//    applies the result to its component (all replicas must call it);
+//  - replica context, OnlyFirstReplica: replica 0's value is applied everywhere.
+// Checkpoints hold one value (the first component); restoring writes every component.
+//
+// SyncOnReadVariable (synchronization OnRead): per-replica components, aggregated on read.
+//  - replica context: reads and updates touch only the replica's own component;
+//  - cross-replica reads: Sum or Mean over the components, or the first component for
+//    OnlyFirstReplica (and None — TensorFlow raises there, but strata's Variable::shape()
+//    reads value(), so the first component is returned);
+//  - cross-replica assign: Sum divides the value by the replica count (so reading it back
+//    gives the value; integers are split exactly), others write it to every component;
+//    assign_add/assign_sub with Sum raise, others apply to every component;
+//  - checkpoints hold the aggregate (None raises, as TensorFlow cannot save it either);
+//    restoring is a cross-replica assign, so a restored Sum reads back as saved.
+//
+// AggregatingVariable (CentralStorageStrategy with several replicas): one copy on the
+// parameter device shared by all replicas (is_replicated() is false). Updates in replica
+// context need an aggregation (None raises, as TensorFlow): the replicas' values are
+// aggregated and the update is applied once.
+//
+// Creation rules (MirroredStrategy): synchronization None raises; Mean needs a floating
+// dtype.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "autograd/variable.h"
@@ -10,53 +38,85 @@
 namespace strata::distribute {
 
 class Strategy;
+class LocalReplicaContext;
 
 class DistributedVariableImpl : public autograd::VariableImpl {
  public:
-  DistributedVariableImpl(Strategy& strategy, const Tensor& initial, autograd::VariableOptions options);
+  // One component per device, each a private copy of `initial`.
+  DistributedVariableImpl(Strategy& strategy, const Tensor& initial, autograd::VariableOptions options,
+                          const std::vector<Device>& devices);
   bool is_replicated() const override { return true; }
+  // The per-replica (per-device) tensors; updated in place, never replaced.
   const std::vector<Tensor>& components() const { return components_; }
   Strategy& strategy() const { return strategy_; }
+  // A slot variable placed and synchronised by the same strategy (created once across
+  // replicas when called inside run()).
   std::shared_ptr<autograd::VariableImpl> make_like(const Tensor& initial,
                                                     autograd::VariableOptions options) const override;
 
  protected:
-  // The replica index of the calling thread for this strategy, or -1 in cross-replica context.
-  int current_replica() const;
+  enum class Update { Assign, Add, Sub };
+  // The calling replica's context for this strategy, or nullptr in cross-replica context.
+  LocalReplicaContext* replica() const;
+  // Applies one update to one component, checking the shape like a local variable does.
+  void apply(const Tensor& component, const Tensor& value, Update kind) const;
+  static const char* update_name(Update kind);
+
   Strategy& strategy_;
   std::vector<Tensor> components_;
 };
 
 class MirroredVariableImpl final : public DistributedVariableImpl {
  public:
-  using DistributedVariableImpl::DistributedVariableImpl;
+  MirroredVariableImpl(Strategy& strategy, const Tensor& initial, autograd::VariableOptions options);
   Tensor value() const override;
-  void assign(const Tensor& v) override;
-  void assign_add(const Tensor& delta) override;
-  void assign_sub(const Tensor& delta) override;
+  void assign(const Tensor& v) override { update(v, Update::Assign); }
+  void assign_add(const Tensor& delta) override { update(delta, Update::Add); }
+  void assign_sub(const Tensor& delta) override { update(delta, Update::Sub); }
+  Tensor checkpoint_value() const override { return components_[0]; }
+  void restore_checkpoint_value(const Tensor& v) override;
   std::string kind() const override { return "MirroredVariable"; }
 
  private:
-  enum class Update { Assign, Add, Sub };
   void update(const Tensor& v, Update kind);
 };
 
 class SyncOnReadVariableImpl final : public DistributedVariableImpl {
  public:
-  using DistributedVariableImpl::DistributedVariableImpl;
+  SyncOnReadVariableImpl(Strategy& strategy, const Tensor& initial, autograd::VariableOptions options);
   Tensor value() const override;
-  void assign(const Tensor& v) override;
-  void assign_add(const Tensor& delta) override;
-  void assign_sub(const Tensor& delta) override;
-  Tensor checkpoint_value() const override { return aggregate(); }
+  void assign(const Tensor& v) override { update(v, Update::Assign); }
+  void assign_add(const Tensor& delta) override { update(delta, Update::Add); }
+  void assign_sub(const Tensor& delta) override { update(delta, Update::Sub); }
+  Tensor checkpoint_value() const override;
   void restore_checkpoint_value(const Tensor& v) override;
   std::string kind() const override { return "SyncOnReadVariable"; }
-  // The aggregate over replicas (Sum, Mean or the first replica's value).
+  // The aggregate over replicas (Sum, Mean, or the first replica's value).
   Tensor aggregate() const;
+
+ private:
+  void update(const Tensor& v, Update kind);
+  void assign_cross_replica(const Tensor& v);
 };
 
-// Creates the right distributed variable for options under strategy (Mirrored for
-// OnWrite/Auto, SyncOnRead for OnRead).
+class AggregatingVariableImpl final : public DistributedVariableImpl {
+ public:
+  // One copy on the strategy's parameter device.
+  AggregatingVariableImpl(Strategy& strategy, const Tensor& initial, autograd::VariableOptions options);
+  bool is_replicated() const override { return false; }
+  Tensor value() const override { return components_[0]; }
+  void assign(const Tensor& v) override { update(v, Update::Assign); }
+  void assign_add(const Tensor& delta) override { update(delta, Update::Add); }
+  void assign_sub(const Tensor& delta) override { update(delta, Update::Sub); }
+  void restore_checkpoint_value(const Tensor& v) override { apply(components_[0], v, Update::Assign); }
+  std::string kind() const override { return "AggregatingVariable"; }
+
+ private:
+  void update(const Tensor& v, Update kind);
+};
+
+// The variable MirroredStrategy creates for these options: SyncOnRead for OnRead,
+// Mirrored for Auto/OnWrite; throws for None and for Mean with a non-floating dtype.
 std::shared_ptr<autograd::VariableImpl> make_distributed_variable(Strategy& strategy, const Tensor& initial,
                                                                   const autograd::VariableOptions& options);
 

@@ -18,7 +18,8 @@ ReplicaContext* current_replica_context() { return t_context; }
 }  // namespace detail
 
 namespace {
-// The default strategy's replica context: one replica, collectives are identities.
+// The default strategy's replica context outside any scope: one replica, collectives are
+// identities (tf's default replica context).
 class DefaultReplicaContext final : public ReplicaContext {
  public:
   Strategy& strategy() const override { return DefaultStrategy::instance(); }
@@ -26,7 +27,10 @@ class DefaultReplicaContext final : public ReplicaContext {
   int num_replicas_in_sync() const override { return 1; }
   Device device() const override { return Device(); }
   std::vector<Tensor> all_reduce(ReduceOp, const std::vector<Tensor>& values) override { return values; }
-  Tensor all_gather(const Tensor& value, int64_t) override { return value; }
+  Tensor all_gather(const Tensor& value, int64_t axis) override {
+    normalize_axis(axis, value.ndim(), "all_gather");
+    return value;
+  }
   Tensor merge_call(const std::function<Tensor(const std::vector<Tensor>&)>& fn, const Tensor& value) override {
     return fn({value});
   }
@@ -58,7 +62,8 @@ std::vector<Tensor> LocalReplicaContext::all_reduce(ReduceOp op, const std::vect
     return out;
   }
   // Pack tensors of one dtype into flat buckets of at most bytes_per_pack (0: one bucket),
-  // reduce each bucket with one collective, and unpack.
+  // reduce each bucket with one collective, and unpack: one rendezvous per bucket rather
+  // than per tensor.
   const int64_t pack_bytes = strategy_.communication_options().bytes_per_pack;
   std::map<DType, std::vector<size_t>> by_dtype;
   for (size_t i = 0; i < values.size(); ++i) {
@@ -72,10 +77,16 @@ std::vector<Tensor> LocalReplicaContext::all_reduce(ReduceOp op, const std::vect
       do {
         bytes += int64_t(values[indices[end]].nbytes());
         ++end;
-      } while (end < indices.size() && (pack_bytes <= 0 || bytes + int64_t(values[indices[end]].nbytes()) <= pack_bytes));
-      std::vector<Tensor> flat;
-      for (size_t k = begin; k < end; ++k) flat.push_back(reshape(values[indices[k]], {-1}));
-      Tensor buffer = flat.size() == 1 ? flat[0].clone() : concat(flat, 0);
+      } while (end < indices.size() &&
+               (pack_bytes <= 0 || bytes + int64_t(values[indices[end]].nbytes()) <= pack_bytes));
+      Tensor buffer;
+      if (end - begin == 1) {
+        buffer = reshape(values[indices[begin]], {-1}).clone();
+      } else {
+        std::vector<Tensor> flat;
+        for (size_t k = begin; k < end; ++k) flat.push_back(reshape(values[indices[k]], {values[indices[k]].numel()}));
+        buffer = concat(flat, 0);
+      }
       comm_.all_reduce(buffer, op);
       int64_t offset = 0;
       for (size_t k = begin; k < end; ++k) {
@@ -90,62 +101,36 @@ std::vector<Tensor> LocalReplicaContext::all_reduce(ReduceOp op, const std::vect
 }
 
 Tensor LocalReplicaContext::all_gather(const Tensor& value, int64_t axis) {
-  autograd::StopRecording no_tape;
-  if (comm_.size() == 1) return value;
-  // Extents along axis may differ between replicas, so gather through the rendezvous.
-  InProcessGroup& g = comm_.group();
-  Tensor result;
-  g.collective(replica_, "all_gather(" + std::string(dtype_name(value.dtype())) + ")",
-               [&] { g.slots[size_t(replica_)] = value; },
-               [&] { g.result = concat(g.slots, axis); },
-               [&] { result = g.result; });
-  return result;
+  return comm_.all_gather_concat(value, axis);
 }
 
 Tensor LocalReplicaContext::merge_call(const std::function<Tensor(const std::vector<Tensor>&)>& fn,
                                        const Tensor& value) {
-  if (comm_.size() == 1) {
-    ReplicaContext* saved = t_context;
-    t_context = nullptr;
-    Tensor r = fn({value});
-    t_context = saved;
-    return r;
-  }
-  InProcessGroup& g = comm_.group();
-  Tensor result;
-  g.collective(replica_, "merge_call()", [&] { g.slots[size_t(replica_)] = value; },
-               [&] {
-                 ReplicaContext* saved = t_context;
-                 t_context = nullptr;  // fn runs in cross-replica context
-                 try {
-                   g.result = fn(g.slots);
-                 } catch (...) {
-                   t_context = saved;
-                   throw;
-                 }
-                 t_context = saved;
-               },
-               [&] { result = g.result; });
-  return result;
+  return merge_call("merge_call()", fn, value);
+}
+
+Tensor LocalReplicaContext::merge_call(const std::string& what,
+                                       const std::function<Tensor(const std::vector<Tensor>&)>& fn,
+                                       const Tensor& value) {
+  return comm_.merge(what, value, [&](const std::vector<Tensor>& values) {
+    detail::CrossReplicaGuard cross_replica;  // fn runs in cross-replica context
+    return fn(values);
+  });
 }
 
 void LocalReplicaContext::run_once(const std::function<void()>& fn) {
-  run_once_shared([&]() -> std::shared_ptr<void> {
-    ReplicaContext* saved = t_context;
-    t_context = nullptr;
-    try {
-      fn();
-    } catch (...) {
-      t_context = saved;
-      throw;
-    }
-    t_context = saved;
+  run_once_shared("run_once()", [&]() -> std::shared_ptr<void> {
+    fn();
     return nullptr;
   });
 }
 
-std::shared_ptr<void> LocalReplicaContext::run_once_shared(const std::function<std::shared_ptr<void>()>& fn) {
-  return comm_.run_once(fn);
+std::shared_ptr<void> LocalReplicaContext::run_once_shared(const std::string& what,
+                                                           const std::function<std::shared_ptr<void>()>& fn) {
+  return comm_.run_once(what, [&] {
+    detail::CrossReplicaGuard cross_replica;
+    return fn();
+  });
 }
 
 }  // namespace strata::distribute

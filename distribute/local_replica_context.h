@@ -1,8 +1,9 @@
 // LocalReplicaContext: the ReplicaContext of one replica thread of a single-process
-// strategy, reducing through the in-process collective backend.
+// strategy, reducing through the in-process collective backend (distribute/collective/).
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "distribute/collective/in_process.h"
 #include "distribute/replica_context.h"
@@ -11,8 +12,7 @@ namespace strata::distribute {
 
 class LocalReplicaContext final : public ReplicaContext {
  public:
-  LocalReplicaContext(Strategy& strategy, int replica, Device device,
-                      std::shared_ptr<InProcessGroup> group);
+  LocalReplicaContext(Strategy& strategy, int replica, Device device, std::shared_ptr<InProcessGroup> group);
 
   Strategy& strategy() const override { return strategy_; }
   int replica_id_in_sync_group() const override { return replica_; }
@@ -21,13 +21,19 @@ class LocalReplicaContext final : public ReplicaContext {
   using ReplicaContext::all_reduce;
   std::vector<Tensor> all_reduce(ReduceOp op, const std::vector<Tensor>& values) override;
   Tensor all_gather(const Tensor& value, int64_t axis) override;
-  Tensor merge_call(const std::function<Tensor(const std::vector<Tensor>&)>& fn,
-                    const Tensor& value) override;
+  Tensor merge_call(const std::function<Tensor(const std::vector<Tensor>&)>& fn, const Tensor& value) override;
   void run_once(const std::function<void()>& fn) override;
   void barrier() override { comm_.barrier(); }
 
-  // Creates shared state once; every replica receives the same object.
-  std::shared_ptr<void> run_once_shared(const std::function<std::shared_ptr<void>()>& fn);
+  // Runs fn once in cross-replica context; every replica receives the same object.
+  // `what` describes the call so that replicas creating different things are reported
+  // ("create_variable(w, float32[2,3], ...)").
+  std::shared_ptr<void> run_once_shared(const std::string& what, const std::function<std::shared_ptr<void>()>& fn);
+  // merge_call with a description used in mismatch messages.
+  Tensor merge_call(const std::string& what, const std::function<Tensor(const std::vector<Tensor>&)>& fn,
+                    const Tensor& value);
+  // The index of this replica among the strategy's local replicas (= its component).
+  int local_index() const { return comm_.rank(); }
   InProcessCommunicator& communicator() { return comm_; }
 
  private:

@@ -2,7 +2,8 @@
 
 namespace strata::distribute {
 
-ReplicaThreads::ReplicaThreads(int n, std::function<void(int)> setup) : setup_(std::move(setup)) {
+ReplicaThreads::ReplicaThreads(int n, Setup setup) : setup_(std::move(setup)) {
+  threads_.reserve(size_t(n));
   for (int r = 0; r < n; ++r) threads_.emplace_back([this, r] { loop(r); });
 }
 
@@ -26,14 +27,14 @@ void ReplicaThreads::run(const std::function<void(int)>& body) {
 }
 
 void ReplicaThreads::loop(int r) {
-  setup_(r);
+  std::shared_ptr<void> state = setup_ ? setup_(r) : nullptr;
   uint64_t seen = 0;
   for (;;) {
     const std::function<void(int)>* body;
     {
       std::unique_lock<std::mutex> lock(mutex_);
       start_.wait(lock, [&] { return stopping_ || generation_ != seen; });
-      if (stopping_) return;
+      if (stopping_) break;
       seen = generation_;
       body = body_;
     }
@@ -41,6 +42,7 @@ void ReplicaThreads::loop(int r) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (--pending_ == 0) done_.notify_all();
   }
+  state.reset();  // closes the thread's scopes on this thread
 }
 
 }  // namespace strata::distribute

@@ -1,10 +1,12 @@
 // ReplicaThreads: one long-lived thread per local replica. run(body) hands body(r) to
-// thread r, waits for all of them, and returns; threads sleep between runs.
+// thread r, waits for all of them, and returns; threads sleep (never spin) between runs
+// and are joined by the destructor.
 #pragma once
 
 #include <condition_variable>
-#include <exception>
+#include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -13,19 +15,23 @@ namespace strata::distribute {
 
 class ReplicaThreads {
  public:
-  // setup(r) runs once on thread r when it starts (thread-local state).
-  ReplicaThreads(int n, std::function<void(int)> setup);
+  // setup(r) runs first on thread r; what it returns is destroyed on that thread when the
+  // thread ends (so thread-local scopes it opens are closed on the right thread).
+  using Setup = std::function<std::shared_ptr<void>(int)>;
+  ReplicaThreads(int n, Setup setup);
   ~ReplicaThreads();
   ReplicaThreads(const ReplicaThreads&) = delete;
   ReplicaThreads& operator=(const ReplicaThreads&) = delete;
 
-  // Runs body(r) on every thread; body must not throw (callers catch inside it).
+  int size() const { return int(threads_.size()); }
+  // Runs body(r) on every thread and waits for all; body must not throw (callers catch
+  // inside it). Not reentrant: one run at a time.
   void run(const std::function<void(int)>& body);
 
  private:
   void loop(int r);
 
-  std::function<void(int)> setup_;
+  Setup setup_;
   std::mutex mutex_;
   std::condition_variable start_, done_;
   const std::function<void(int)>* body_ = nullptr;

@@ -1,13 +1,12 @@
 #include "distribute/strategy.h"
 
 #include <algorithm>
-#include <mutex>
 #include <thread>
 
 #include "autograd/tape.h"
-#include "core/allocator.h"
 #include "core/ops.h"
 #include "core/thread_pool.h"
+#include "distribute/collective/in_process.h"
 #include "distribute/distributed_dataset.h"
 #include "distribute/distributed_variable.h"
 #include "distribute/local_replica_context.h"
@@ -15,40 +14,43 @@
 
 namespace strata::distribute {
 
-const char* cross_device_ops_name(CrossDeviceOps ops) {
-  switch (ops) {
-    case CrossDeviceOps::Default: return "default";
-    case CrossDeviceOps::ReductionToOneDevice: return "ReductionToOneDevice";
-    case CrossDeviceOps::HierarchicalCopyAllReduce: return "HierarchicalCopyAllReduce";
-    case CrossDeviceOps::NcclAllReduce: return "NcclAllReduce";
-  }
-  return "?";
-}
-
 namespace {
 // The strategies whose scopes are active on this thread, innermost last.
 thread_local std::vector<Strategy*> t_strategies;
+// The strategy owning the calling replica thread (nullptr on other threads).
+thread_local const Strategy* t_replica_thread_of = nullptr;
+
+std::string quoted(const Strategy& s) { return "'" + s.name() + "'"; }
 }  // namespace
 
 Strategy& get_strategy() {
   return t_strategies.empty() ? static_cast<Strategy&>(DefaultStrategy::instance()) : *t_strategies.back();
 }
 
-bool has_strategy() {
-  return !t_strategies.empty() && t_strategies.back() != &DefaultStrategy::instance();
-}
+bool has_strategy() { return !t_strategies.empty() && !t_strategies.back()->is_default(); }
+
+// ---- scope ----
 
 StrategyScope::StrategyScope(Strategy& strategy) : strategy_(&strategy) {
-  for (Strategy* s : t_strategies) {
-    STRATA_CHECK(s == &strategy || s == &DefaultStrategy::instance(),
-                 "Strategy::scope: cannot enter the scope of a '", strategy.name(),
-                 "' strategy inside the scope of a different '", s->name(),
-                 "' strategy (mixing different strategies is not allowed)");
+  if (strategy.is_default()) {
+    STRATA_CHECK(!has_strategy(), "Strategy::scope: cannot enter the default strategy's scope inside the scope of the ",
+                 quoted(*t_strategies.back()), " strategy (strategy scopes must not be nested)");
+  } else {
+    for (const Strategy* s : t_strategies) {
+      STRATA_CHECK(s == &strategy || s->is_default(), "Strategy::scope: mixing different strategies: cannot enter the ",
+                   quoted(strategy), " strategy's scope inside the scope of a different ", quoted(*s), " strategy");
+    }
   }
+  enter();
+}
+
+StrategyScope::StrategyScope(Strategy& strategy, Unchecked) : strategy_(&strategy) { enter(); }
+
+void StrategyScope::enter() {
   t_strategies.push_back(strategy_);
   creator_ = std::make_unique<autograd::VariableCreatorScope>(
       [s = strategy_](const Tensor& initial, const autograd::VariableOptions& options) {
-        return s->create_variable(initial, options);
+        return s->make_variable(initial, options);
       });
 }
 
@@ -66,15 +68,21 @@ StrategyScope::~StrategyScope() {
 
 // ---- Strategy ----
 
-Strategy::Strategy(std::vector<Device> devices, CommunicationOptions options)
+Strategy::Strategy(std::vector<Device> devices, CommunicationOptions options, CrossDeviceOps cross_device_ops)
     : devices_(std::move(devices)), options_(options), extended_(*this) {
   STRATA_CHECK(!devices_.empty(), "Strategy: at least one device is required");
   for (size_t i = 0; i < devices_.size(); ++i) {
     for (size_t j = 0; j < i; ++j) {
-      STRATA_CHECK(!(devices_[i] == devices_[j]), "Strategy: device ", devices_[i], " listed twice");
+      STRATA_CHECK(!(devices_[i] == devices_[j]), "Strategy: device ", devices_[i], " is listed twice");
     }
   }
-  group_ = std::make_shared<InProcessGroup>(int(devices_.size()), options_.timeout_seconds);
+  STRATA_CHECK(options_.timeout_seconds > 0, "Strategy: CommunicationOptions::timeout_seconds must be positive, got ",
+               options_.timeout_seconds);
+  STRATA_CHECK(options_.bytes_per_pack >= 0, "Strategy: CommunicationOptions::bytes_per_pack must be >= 0, got ",
+               options_.bytes_per_pack);
+  cross_device_ops_ = resolve_cross_device_ops(cross_device_ops, devices_);
+  group_ = std::make_shared<InProcessGroup>(int(devices_.size()), options_.timeout_seconds,
+                                            in_process_algorithm(cross_device_ops_));
   for (size_t r = 0; r < devices_.size(); ++r) {
     contexts_.push_back(std::make_unique<LocalReplicaContext>(*this, int(r), devices_[r], group_));
   }
@@ -82,229 +90,284 @@ Strategy::Strategy(std::vector<Device> devices, CommunicationOptions options)
 
 Strategy::~Strategy() = default;
 
-LocalReplicaContext& Strategy::replica_context(int replica) const { return *contexts_[size_t(replica)]; }
+LocalReplicaContext& Strategy::replica_context(int replica) const {
+  STRATA_CHECK(replica >= 0 && replica < num_local_replicas(), "Strategy::replica_context: replica ", replica,
+               " out of range for ", num_local_replicas(), " local replicas");
+  return *contexts_[size_t(replica)];
+}
+
+LocalReplicaContext* Strategy::current_local_context() const {
+  auto* ctx = dynamic_cast<LocalReplicaContext*>(detail::current_replica_context());
+  return ctx && &ctx->strategy() == this ? ctx : nullptr;
+}
+
+Device Strategy::reduce_device() const { return devices_[0].is_cpu() ? Device() : devices_[0]; }
+
+void Strategy::require_cross_replica(const std::string& method, const std::string& hint) const {
+  if (ReplicaContext* ctx = detail::current_replica_context()) {
+    if (&ctx->strategy() == this) {
+      fail(method, ": called in replica context (inside run() of the ", quoted(*this), " strategy); it needs cross-replica context",
+           hint.empty() ? std::string(", use get_replica_context()->merge_call()") : ", " + hint);
+    }
+    fail(method, ": mixing different strategies: called on the ", quoted(*this), " strategy inside run() of the ",
+         quoted(ctx->strategy()), " strategy");
+  }
+  for (const Strategy* s : t_strategies) {
+    STRATA_CHECK(s == this || s->is_default(), method, ": mixing different strategies: called on the ", quoted(*this),
+                 " strategy inside the scope of a different ", quoted(*s), " strategy");
+  }
+}
+
+void Strategy::check_run_allowed() const {
+  require_cross_replica("Strategy::run", "call run() from cross-replica context only");
+  STRATA_CHECK(t_replica_thread_of == nullptr, "Strategy::run: called on a replica thread of the ",
+               quoted(*t_replica_thread_of), " strategy (inside merge_call or run_once); run() cannot be nested");
+}
 
 void Strategy::run_replicas(const std::function<void(int)>& body) {
+  check_run_allowed();
+  std::lock_guard<std::mutex> run_lock(run_mutex_);
   const int n = num_local_replicas();
   if (n == 1) {
-    // One replica runs on the caller's thread, in replica context.
-    ReplicaContext* saved = detail::current_replica_context();
+    // One replica runs on the caller's thread, in replica context; its exceptions
+    // propagate unchanged.
+    StrategyScope scope(*this, StrategyScope::Unchecked{});
+    struct ContextGuard {
+      ReplicaContext* saved = detail::current_replica_context();
+      ~ContextGuard() { detail::set_replica_context(saved); }
+    } guard;
     detail::set_replica_context(contexts_[0].get());
-    StrategyScope scope(*this);
-    try {
-      body(0);
-    } catch (...) {
-      detail::set_replica_context(saved);
-      throw;
-    }
-    detail::set_replica_context(saved);
+    body(0);
     return;
   }
   if (!threads_) {
-    const int cores = std::max(1u, std::thread::hardware_concurrency());
-    threads_ = std::make_unique<ReplicaThreads>(n, [this, n, cores](int r) {
+    const int cores = ComputeSlot::capacity();
+    threads_ = std::make_unique<ReplicaThreads>(n, [this, n, cores](int) -> std::shared_ptr<void> {
       // Replica threads and the intra-op pool share the cores (PLATFORM.md).
       set_thread_parallelism_limit(std::max(1, cores / n));
-      detail::set_replica_context(contexts_[size_t(r)].get());
-      t_strategies.push_back(this);
-      static thread_local std::unique_ptr<autograd::VariableCreatorScope> creator;
-      creator = std::make_unique<autograd::VariableCreatorScope>(
-          [this](const Tensor& initial, const autograd::VariableOptions& options) {
-            return create_variable(initial, options);
-          });
+      t_replica_thread_of = this;
+      return std::shared_ptr<StrategyScope>(new StrategyScope(*this, StrategyScope::Unchecked{}));
     });
   }
+  group_->begin_round();
   std::mutex error_mutex;
   std::string first_error;
   int first_replica = -1;
-  threads_->run([&](int r) {
-    try {
-      ComputeSlot slot;
-      body(r);
-    } catch (const std::exception& e) {
-      {
-        std::lock_guard<std::mutex> lock(error_mutex);
-        if (first_replica < 0) {
-          first_replica = r;
-          first_error = e.what();
-        }
+  auto record = [&](int r, const std::string& what) {
+    {
+      std::lock_guard<std::mutex> lock(error_mutex);
+      if (first_replica < 0) {
+        first_replica = r;
+        first_error = what;
       }
-      group_->abort("replica " + std::to_string(r) + " failed: " + e.what());
-    } catch (...) {
-      {
-        std::lock_guard<std::mutex> lock(error_mutex);
-        if (first_replica < 0) {
-          first_replica = r;
-          first_error = "unknown exception";
-        }
-      }
-      group_->abort("replica " + std::to_string(r) + " failed");
     }
+    group_->abort("replica " + std::to_string(r) + " failed: " + what);
+  };
+  threads_->run([&](int r) {
+    {
+      ComputeSlot slot;  // compute only while holding one of the cores
+      detail::set_replica_context(contexts_[size_t(r)].get());
+      try {
+        body(r);
+      } catch (const std::exception& e) {
+        record(r, e.what());
+      } catch (...) {
+        record(r, "unknown exception");
+      }
+      detail::set_replica_context(nullptr);
+    }
+    group_->finish(r);
   });
-  if (first_replica >= 0) {
-    group_->reset();
-    throw Error("replica " + std::to_string(first_replica) + ": " + first_error);
-  }
+  if (first_replica >= 0) throw Error("replica " + std::to_string(first_replica) + ": " + first_error);
 }
 
 Tensor Strategy::reduce(ReduceOp op, const PerReplica<Tensor>& value, std::optional<int64_t> axis) {
-  STRATA_CHECK(value.size() > 0, "Strategy::reduce: empty per-replica value");
+  require_cross_replica("Strategy::reduce");
   autograd::StopRecording no_tape;
-  Tensor total;
+  STRATA_CHECK(int(value.size()) == num_local_replicas(), "Strategy::reduce: the per-replica value has ", value.size(),
+               " components but the ", quoted(*this), " strategy has ", num_local_replicas(), " local replicas");
+  for (size_t r = 0; r < value.size(); ++r) {
+    STRATA_CHECK(value[r].defined(), "Strategy::reduce: replica ", r, "'s value is undefined");
+  }
+  const DType dtype = value[0].dtype();
+  if (!axis) {
+    if (op == ReduceOp::Mean && !is_floating(dtype)) {
+      return cast(extended_.reduce_to(ReduceOp::Sum, value, reduce_device()), kFloat64) / double(value.size());
+    }
+    return extended_.reduce_to(op, value, reduce_device());
+  }
+  std::vector<Tensor> partial;
   int64_t count = 0;
-  for (const Tensor& v0 : value) {
-    Tensor v = v0;
-    if (axis) {
-      const int64_t a = normalize_axis(*axis, v.ndim(), "Strategy::reduce");
-      count += v.dim(a);
-      switch (op) {
-        case ReduceOp::Sum:
-        case ReduceOp::Mean: v = sum(v, std::vector<int64_t>{a}); break;
-        case ReduceOp::Max:
-          if (v.dim(a) == 0) continue;
-          v = max(v, std::vector<int64_t>{a});
-          break;
-        case ReduceOp::Min:
-          if (v.dim(a) == 0) continue;
-          v = min(v, std::vector<int64_t>{a});
-          break;
-      }
-    }
-    if (!total.defined()) {
-      total = v.to(devices_[0]).clone();
-      continue;
-    }
+  for (const Tensor& v : value) {
+    const int64_t a = normalize_axis(*axis, v.ndim(), "Strategy::reduce");
+    count += v.dim(a);
     switch (op) {
       case ReduceOp::Sum:
-      case ReduceOp::Mean: total = add(total, v); break;
-      case ReduceOp::Max: total = maximum(total, v); break;
-      case ReduceOp::Min: total = minimum(total, v); break;
+      case ReduceOp::Mean: partial.push_back(sum(v, std::vector<int64_t>{a})); break;
+      case ReduceOp::Max:
+        if (v.dim(a) > 0) partial.push_back(max(v, std::vector<int64_t>{a}));
+        break;
+      case ReduceOp::Min:
+        if (v.dim(a) > 0) partial.push_back(min(v, std::vector<int64_t>{a}));
+        break;
     }
   }
-  STRATA_CHECK(total.defined(), "Strategy::reduce: every replica's value is empty along axis ", *axis);
-  if (op == ReduceOp::Mean) {
-    const double n = axis ? double(count) : double(value.size());
-    total = is_floating(total.dtype()) ? total / n : cast(total, kFloat32) / n;
-  }
-  return total;
+  STRATA_CHECK(!partial.empty(), "Strategy::reduce(", reduce_op_name(op), "): every replica's value is empty along axis ",
+               *axis, ", so there is nothing to take the ", reduce_op_name(op), " of");
+  const ReduceOp across = op == ReduceOp::Mean ? ReduceOp::Sum : op;
+  Tensor total = cross_device_reduce(cross_device_ops_, across, partial, reduce_device());
+  if (op != ReduceOp::Mean) return total;
+  // The true element count, not the replica count: an uneven split averages right.
+  return is_floating(total.dtype()) ? total / double(count) : cast(total, kFloat64) / double(count);
 }
 
 Tensor Strategy::reduce(ReduceOp op, const Tensor& value, std::optional<int64_t> axis) {
-  return reduce(op, PerReplica<Tensor>({value}), axis);
+  require_cross_replica("Strategy::reduce");
+  STRATA_CHECK(value.defined(), "Strategy::reduce: undefined value");
+  if (axis) {
+    // As TensorFlow: run() would give every replica the same value, so reduce n copies.
+    return reduce(op, PerReplica<Tensor>(std::vector<Tensor>(size_t(num_local_replicas()), value)), axis);
+  }
+  return extended_.reduce_to(op, value, reduce_device());
 }
 
 Tensor Strategy::gather(const PerReplica<Tensor>& value, int64_t axis) {
+  require_cross_replica("Strategy::gather", "use get_replica_context()->all_gather() in replica context");
   autograd::StopRecording no_tape;
-  return concat(value.values(), axis);
+  STRATA_CHECK(int(value.size()) == num_local_replicas(), "Strategy::gather: the per-replica value has ", value.size(),
+               " components but the ", quoted(*this), " strategy has ", num_local_replicas(), " local replicas");
+  std::vector<Tensor> parts;
+  const Device dest = reduce_device();
+  for (const Tensor& v : value) {
+    STRATA_CHECK(v.defined(), "Strategy::gather: undefined component");
+    normalize_axis(axis, v.ndim(), "Strategy::gather");
+    parts.push_back(same_memory(v.device(), dest) ? v : v.to(dest));
+  }
+  Tensor out = concat(parts, axis);
+  if (!(out.device() == dest)) out = out.to(dest);
+  return out;
 }
 
-DistributedDataset Strategy::experimental_distribute_dataset(const data::Dataset& dataset) {
+Tensor Strategy::gather(const Tensor& value, int64_t axis) {
+  require_cross_replica("Strategy::gather", "use get_replica_context()->all_gather() in replica context");
+  STRATA_CHECK(value.defined(), "Strategy::gather: undefined value");
+  normalize_axis(axis, value.ndim(), "Strategy::gather");
+  return value.clone();
+}
+
+std::vector<Tensor> Strategy::experimental_local_results(const PerReplica<Tensor>& value) const {
+  return value.values();
+}
+
+std::vector<Tensor> Strategy::experimental_local_results(const Variable& var) const {
+  if (auto* d = dynamic_cast<DistributedVariableImpl*>(&var.impl())) return d->components();
+  return {var.value()};
+}
+
+DistributedDataset Strategy::experimental_distribute_dataset(const data::Dataset& dataset, const InputOptions& options) {
+  require_cross_replica("Strategy::experimental_distribute_dataset");
   data::Dataset ds = dataset;
   if (num_workers_ > 1) ds = ds.auto_shard(num_workers_, worker_index_, data::AutoShardPolicy::Auto);
-  return DistributedDataset(*this, ds, /*per_replica_elements=*/false);
+  return DistributedDataset(*this, ds, DistributedDataset::Mode::SplitGlobalBatches, options);
 }
 
 DistributedDataset Strategy::distribute_datasets_from_function(
-    const std::function<data::Dataset(const data::InputContext&)>& fn) {
+    const std::function<data::Dataset(const data::InputContext&)>& fn, const InputOptions& options) {
+  require_cross_replica("Strategy::distribute_datasets_from_function");
   data::InputContext ctx(num_workers_, worker_index_, num_replicas_in_sync());
-  return DistributedDataset(*this, fn(ctx), /*per_replica_elements=*/true);
+  return DistributedDataset(*this, fn(ctx), DistributedDataset::Mode::PerReplicaElements, options);
 }
 
 PerReplica<Tensor> Strategy::experimental_distribute_values_from_function(
     const std::function<Tensor(const ValueContext&)>& fn) {
+  require_cross_replica("Strategy::experimental_distribute_values_from_function");
   std::vector<Tensor> values;
   for (int r = 0; r < num_local_replicas(); ++r) {
-    values.push_back(fn(ValueContext{worker_index_ * num_local_replicas() + r, num_replicas_in_sync()}));
+    Tensor v = fn(ValueContext{worker_index_ * num_local_replicas() + r, num_replicas_in_sync()});
+    STRATA_CHECK(v.defined(), "experimental_distribute_values_from_function: the function returned an undefined "
+                 "tensor for replica ", r);
+    values.push_back(v.device() == devices_[size_t(r)] ? v : v.to(devices_[size_t(r)]));
   }
   return PerReplica<Tensor>(std::move(values));
+}
+
+std::shared_ptr<autograd::VariableImpl> Strategy::make_variable(const Tensor& initial,
+                                                                const autograd::VariableOptions& options) {
+  STRATA_CHECK(initial.defined(), "Variable '", options.name, "': undefined initial value");
+  LocalReplicaContext* ctx = current_local_context();
+  if (ctx && num_local_replicas() > 1) {
+    // Every replica creates the variable; the first one's is built and shared (TensorFlow
+    // creates variables in cross-replica context through merge_call). The description
+    // makes replicas that create different variables fail instead of pairing them up.
+    const std::string what = "create_variable(" + options.name + ", " + dtype_name(initial.dtype()) +
+                             shape_str(initial.shape()) + ", " + autograd::synchronization_name(options.synchronization) +
+                             ", " + autograd::aggregation_name(options.aggregation) + ")";
+    return std::static_pointer_cast<autograd::VariableImpl>(
+        ctx->run_once_shared(what, [&] { return std::static_pointer_cast<void>(create_variable(initial, options)); }));
+  }
+  return create_variable(initial, options);
 }
 
 // ---- StrategyExtended ----
 
 Tensor StrategyExtended::reduce_to(ReduceOp op, const PerReplica<Tensor>& value, Device destination) const {
-  return strategy_.reduce(op, value).to(destination);
+  strategy_.require_cross_replica("StrategyExtended::reduce_to");
+  STRATA_CHECK(value.size() > 0, "StrategyExtended::reduce_to: empty per-replica value");
+  return cross_device_reduce(strategy_.cross_device_ops(), op, value.values(), destination);
+}
+
+Tensor StrategyExtended::reduce_to(ReduceOp op, const Tensor& value, Device destination) const {
+  strategy_.require_cross_replica("StrategyExtended::reduce_to");
+  STRATA_CHECK(value.defined(), "StrategyExtended::reduce_to: undefined value");
+  STRATA_CHECK(op != ReduceOp::Sum || strategy_.num_replicas_in_sync() == 1,
+               "StrategyExtended::reduce_to: a non-distributed value (a plain Tensor, the same on every replica) cannot "
+               "be reduced with SUM across ", strategy_.num_replicas_in_sync(),
+               " replicas; reduce the PerReplica value that run() returned");
+  Tensor out = Tensor::empty(value.shape(), value.dtype(), destination);
+  out.copy_(value);
+  return out;
+}
+
+Mirrored<Tensor> StrategyExtended::reduce_to(ReduceOp op, const PerReplica<Tensor>& value,
+                                             const Variable& destination) const {
+  std::vector<Tensor> out;
+  for (const Tensor& component : strategy_.experimental_local_results(destination)) {
+    out.push_back(reduce_to(op, value, component.device()));
+  }
+  return Mirrored<Tensor>(std::move(out));
 }
 
 std::vector<Tensor> StrategyExtended::batch_reduce_to(ReduceOp op, const std::vector<PerReplica<Tensor>>& values,
                                                       Device destination) const {
   std::vector<Tensor> out;
+  out.reserve(values.size());
   for (const auto& v : values) out.push_back(reduce_to(op, v, destination));
   return out;
 }
 
 void StrategyExtended::update(const Variable& var, const std::function<void(const Tensor&, int)>& fn) const {
   autograd::StopRecording no_tape;
-  if (auto* d = dynamic_cast<DistributedVariableImpl*>(&var.impl())) {
-    for (size_t i = 0; i < d->components().size(); ++i) fn(d->components()[i], int(i));
-  } else {
-    fn(var.value(), 0);
+  auto apply = [&] {
+    const std::vector<Tensor> components = strategy_.experimental_local_results(var);
+    for (size_t i = 0; i < components.size(); ++i) fn(components[i], int(i));
+  };
+  if (LocalReplicaContext* ctx = strategy_.current_local_context()) {
+    ctx->run_once_shared("update(" + var.name() + ")", [&]() -> std::shared_ptr<void> {
+      apply();
+      return nullptr;
+    });
+    return;
   }
+  strategy_.require_cross_replica("StrategyExtended::update");
+  apply();
+}
+
+Tensor StrategyExtended::read_var(const Variable& var) const {
+  strategy_.require_cross_replica("StrategyExtended::read_var");
+  return var.value();
 }
 
 const std::vector<Device>& StrategyExtended::worker_devices() const { return strategy_.devices(); }
 std::vector<Device> StrategyExtended::parameter_devices() const { return strategy_.parameter_devices(); }
-
-// ---- concrete strategies ----
-
-DefaultStrategy::DefaultStrategy() : Strategy({Device()}) {}
-
-DefaultStrategy& DefaultStrategy::instance() {
-  static DefaultStrategy* s = new DefaultStrategy();  // never destroyed (used during exit)
-  return *s;
-}
-
-std::shared_ptr<autograd::VariableImpl> DefaultStrategy::create_variable(const Tensor& initial,
-                                                                         const autograd::VariableOptions& options) {
-  return std::make_shared<autograd::LocalVariableImpl>(initial, options);
-}
-
-OneDeviceStrategy::OneDeviceStrategy(Device device) : Strategy({device}) {}
-
-std::shared_ptr<autograd::VariableImpl> OneDeviceStrategy::create_variable(const Tensor& initial,
-                                                                           const autograd::VariableOptions& options) {
-  autograd::VariableOptions o = options;
-  o.device = devices()[0];
-  return std::make_shared<autograd::LocalVariableImpl>(initial, o);
-}
-
-std::vector<Device> MirroredStrategy::cpu_devices(int n) {
-  STRATA_CHECK(n >= 1, "MirroredStrategy: the number of CPU replicas must be >= 1, got ", n);
-  std::vector<Device> d;
-  for (int i = 0; i < n; ++i) d.push_back(cpu(i));
-  return d;
-}
-
-MirroredStrategy::MirroredStrategy(std::vector<Device> devices, CrossDeviceOps cross_device_ops,
-                                   CommunicationOptions options)
-    : Strategy(devices.empty() ? cpu_devices(1) : devices, options), cross_device_ops_(cross_device_ops) {
-  for (const Device& d : this->devices()) {
-    STRATA_CHECK(d.is_cpu() || has_allocator(DeviceType::CUDA), "MirroredStrategy: device ", d,
-                 " is not available (strata was built without the CUDA backend, or no GPU is present)");
-  }
-  STRATA_CHECK(cross_device_ops_ != CrossDeviceOps::NcclAllReduce || this->devices()[0].is_cuda(),
-               "MirroredStrategy: NcclAllReduce needs GPU devices, got ", this->devices()[0]);
-}
-
-std::shared_ptr<autograd::VariableImpl> MirroredStrategy::create_variable(const Tensor& initial,
-                                                                          const autograd::VariableOptions& options) {
-  return make_distributed_variable(*this, initial, options);
-}
-
-CentralStorageStrategy::CentralStorageStrategy(std::vector<Device> compute_devices,
-                                               std::optional<Device> parameter_device)
-    : Strategy(compute_devices.empty() ? MirroredStrategy::cpu_devices(1) : compute_devices),
-      parameter_device_(parameter_device.value_or(Device())) {}
-
-std::shared_ptr<autograd::VariableImpl> CentralStorageStrategy::create_variable(
-    const Tensor& initial, const autograd::VariableOptions& options) {
-  autograd::VariableOptions o = options;
-  o.device = parameter_device_;
-  if (auto* ctx = dynamic_cast<LocalReplicaContext*>(detail::current_replica_context());
-      ctx && &ctx->strategy() == this && num_local_replicas() > 1) {
-    return std::static_pointer_cast<autograd::VariableImpl>(ctx->run_once_shared(
-        [&] { return std::static_pointer_cast<void>(std::make_shared<autograd::LocalVariableImpl>(initial, o)); }));
-  }
-  return std::make_shared<autograd::LocalVariableImpl>(initial, o);
-}
 
 }  // namespace strata::distribute

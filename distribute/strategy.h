@@ -1,7 +1,7 @@
 // Strategy: how a training step written once runs on one device, on several replicas of
 // one machine, or across workers — tf.distribute.Strategy in C++.
 //
-//   auto strategy = distribute::MirroredStrategy();
+//   distribute::MirroredStrategy strategy(distribute::MirroredStrategy::cpu_devices(2));
 //   { auto scope = strategy.scope(); model = ...; opt = ...; }   // mirrored variables
 //   for (auto& batch : strategy.experimental_distribute_dataset(ds)) {
 //     auto per_replica = strategy.run(step, batch);            // step(batch) per replica
@@ -9,13 +9,22 @@
 //   }
 //
 // run() executes fn once per local replica, each on its own long-lived replica thread
-// with a thread-local ReplicaContext and that replica's device. If a replica throws, every
-// replica blocked in a collective is released and run() rethrows the first error, prefixed
-// with its replica id.
+// with a thread-local ReplicaContext and that replica's device (a single replica runs on
+// the caller's thread). Replica threads share the cores with the intra-op pool: a replica
+// computes only while it holds one of the machine's compute slots (one per core) and gives
+// it up while it waits in a collective, and its ops use at most cores/replicas intra-op
+// threads — Mirrored(N) never keeps more threads busy than there are cores. If a replica
+// throws, every replica blocked in a collective is released and run() rethrows the first
+// error, prefixed with its replica id ("replica 1: ..."); the strategy stays usable.
+//
+// Contexts follow TensorFlow: reduce, gather, run and the dataset functions need
+// cross-replica context (outside run, or inside merge_call); calling them from replica
+// context, or using a strategy inside the scope of a different one, throws.
 #pragma once
 
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -26,6 +35,8 @@
 #include "data/dataset.h"
 #include "data/input_context.h"
 #include "distribute/collective/communicator.h"
+#include "distribute/cross_device_ops.h"
+#include "distribute/input_options.h"
 #include "distribute/replica_context.h"
 #include "distribute/values.h"
 
@@ -37,12 +48,9 @@ class ReplicaThreads;
 class LocalReplicaContext;
 class InProcessGroup;
 
-// Cross-device reduction used by Mirrored: how per-replica tensors are combined.
-enum class CrossDeviceOps { Default, ReductionToOneDevice, HierarchicalCopyAllReduce, NcclAllReduce };
-const char* cross_device_ops_name(CrossDeviceOps ops);
-
 // RAII: makes a strategy current on this thread (variables created inside are created by
-// it). Entering a different strategy's scope inside another raises, as in TensorFlow.
+// it). Entering a different strategy's scope inside another raises, as in TensorFlow
+// (the default strategy's scope may not be entered inside any other).
 class StrategyScope {
  public:
   explicit StrategyScope(Strategy& strategy);
@@ -50,8 +58,14 @@ class StrategyScope {
   StrategyScope(StrategyScope&& other) noexcept;
   StrategyScope(const StrategyScope&) = delete;
   StrategyScope& operator=(const StrategyScope&) = delete;
+  StrategyScope& operator=(StrategyScope&&) = delete;
 
  private:
+  friend class Strategy;
+  struct Unchecked {};
+  StrategyScope(Strategy& strategy, Unchecked);  // replica threads: no nesting checks
+  void enter();
+
   Strategy* strategy_;
   std::unique_ptr<autograd::VariableCreatorScope> creator_;
 };
@@ -66,12 +80,22 @@ struct ValueContext {
 class StrategyExtended {
  public:
   explicit StrategyExtended(Strategy& s) : strategy_(s) {}
-  // Reduces a per-replica value onto `destination` (cross-replica context).
+  // Reduces a per-replica value onto `destination` through the strategy's cross-device
+  // ops (cross-replica context).
   Tensor reduce_to(ReduceOp op, const PerReplica<Tensor>& value, Device destination) const;
+  // A value that is the same on every replica (tf's reduce_non_distributed_value): Mean
+  // (and Max/Min) return it; Sum raises with more than one replica.
+  Tensor reduce_to(ReduceOp op, const Tensor& value, Device destination) const;
+  // Reduces onto every component device of `destination`: one result per component.
+  Mirrored<Tensor> reduce_to(ReduceOp op, const PerReplica<Tensor>& value, const Variable& destination) const;
   std::vector<Tensor> batch_reduce_to(ReduceOp op, const std::vector<PerReplica<Tensor>>& values,
                                       Device destination) const;
-  // Applies fn to every component of var (cross-replica context): fn(component, index).
-  void update(const Variable& var, const std::function<void(const Tensor&, int)>& fn) const;
+  // Applies fn(component, index) to every component of var. In cross-replica context it
+  // runs here; in replica context every replica must call it and the components are
+  // updated once (tf's merge_call path).
+  void update(const Variable& var, const std::function<void(const Tensor& component, int index)>& fn) const;
+  // The value of var as cross-replica code sees it (the aggregate for sync-on-read).
+  Tensor read_var(const Variable& var) const;
   const std::vector<Device>& worker_devices() const;
   std::vector<Device> parameter_devices() const;
 
@@ -86,21 +110,27 @@ class Strategy {
   Strategy& operator=(const Strategy&) = delete;
 
   virtual std::string name() const = 0;
+  // True for the pass-through default strategy (its scope is "no strategy").
+  virtual bool is_default() const { return false; }
   StrategyScope scope() { return StrategyScope(*this); }
   int num_replicas_in_sync() const { return int(devices_.size()) * num_workers_; }
   int num_local_replicas() const { return int(devices_.size()); }
+  // The replicas' devices (tf's extended.worker_devices).
   const std::vector<Device>& devices() const { return devices_; }
   StrategyExtended& extended() { return extended_; }
+  // The resolved cross-device ops (never Default).
+  CrossDeviceOps cross_device_ops() const { return cross_device_ops_; }
 
   // Runs fn(args...) once per local replica; PerReplica arguments give each replica its
-  // component. Returns a PerReplica of the results (or nothing for void fn).
+  // component, other arguments are passed to every replica. Returns a PerReplica of the
+  // results (nothing for a void fn). Cross-replica context only.
   template <typename Fn, typename... Args>
   auto run(Fn&& fn, const Args&... args) {
-    using R = std::invoke_result_t<Fn&, decltype(select_replica(args, 0))...>;
+    using R = std::decay_t<std::invoke_result_t<Fn&, decltype(select_replica(args, 0))...>>;
     if constexpr (std::is_void_v<R>) {
       run_replicas([&](int r) { fn(select_replica(args, r)...); });
     } else {
-      std::vector<std::optional<R>> results(size_t(num_local_replicas()));
+      std::vector<std::optional<R>> results(static_cast<size_t>(num_local_replicas()));
       run_replicas([&](int r) { results[size_t(r)].emplace(fn(select_replica(args, r)...)); });
       std::vector<R> out;
       out.reserve(results.size());
@@ -109,47 +139,76 @@ class Strategy {
     }
   }
 
-  // Reduces across replicas (cross-replica context). With an axis, also reduces along it;
-  // MEAN then divides by the true number of elements over all replicas, so an uneven
-  // last batch averages correctly.
+  // Reduces across replicas (cross-replica context). With an axis, each replica's value
+  // is first reduced along it and MEAN divides by the true number of elements over all
+  // replicas, so an uneven last batch (e.g. split [4, 2]) averages correctly. MEAN of
+  // integers gives float64. A plain Tensor is a value the same on every replica
+  // (TensorFlow's rules: MEAN returns it, SUM without an axis raises with > 1 replica).
   Tensor reduce(ReduceOp op, const PerReplica<Tensor>& value, std::optional<int64_t> axis = std::nullopt);
   Tensor reduce(ReduceOp op, const Tensor& value, std::optional<int64_t> axis = std::nullopt);
-  // Concatenates every replica's value along axis.
+  // Concatenates every replica's value along axis (cross-replica context; extents along
+  // axis may differ, e.g. an uneven last batch).
   Tensor gather(const PerReplica<Tensor>& value, int64_t axis);
-  std::vector<Tensor> experimental_local_results(const PerReplica<Tensor>& value) const { return value.values(); }
+  Tensor gather(const Tensor& value, int64_t axis);
+  // The local components: of a per-replica value, of a variable (one per replica for
+  // mirrored and sync-on-read, one for others), or the tensor itself.
+  std::vector<Tensor> experimental_local_results(const PerReplica<Tensor>& value) const;
+  std::vector<Tensor> experimental_local_results(const Tensor& value) const { return {value}; }
+  std::vector<Tensor> experimental_local_results(const Variable& var) const;
 
-  DistributedDataset experimental_distribute_dataset(const data::Dataset& dataset);
+  // Splits each global batch of `dataset` across the replicas (see distributed_dataset.h).
+  DistributedDataset experimental_distribute_dataset(const data::Dataset& dataset, const InputOptions& options = {});
+  // Calls fn once per input pipeline (worker) with its InputContext; the dataset yields
+  // per-replica batches, handed to the local replicas in turn.
   DistributedDataset distribute_datasets_from_function(
-      const std::function<data::Dataset(const data::InputContext&)>& fn);
-  PerReplica<Tensor> experimental_distribute_values_from_function(
-      const std::function<Tensor(const ValueContext&)>& fn);
+      const std::function<data::Dataset(const data::InputContext&)>& fn, const InputOptions& options = {});
+  // fn(ValueContext) for every local replica, placed on that replica's device.
+  PerReplica<Tensor> experimental_distribute_values_from_function(const std::function<Tensor(const ValueContext&)>& fn);
 
-  // Builds the impl of a variable created in this strategy's scope.
-  virtual std::shared_ptr<autograd::VariableImpl> create_variable(const Tensor& initial,
-                                                                  const autograd::VariableOptions& options) = 0;
+  // Creates the impl of a variable created in this strategy's scope. Inside run() with
+  // several replicas, every replica must create the same variables in the same order:
+  // the first replica's creates it (in cross-replica context) and all receive it.
+  std::shared_ptr<autograd::VariableImpl> make_variable(const Tensor& initial, const autograd::VariableOptions& options);
   // Devices holding variables (the replicas' for mirrored, the parameter device for central).
   virtual std::vector<Device> parameter_devices() const { return devices_; }
   // The local replica context of replica r (valid for the strategy's lifetime).
   LocalReplicaContext& replica_context(int replica) const;
+  // The calling thread's replica context of this strategy, or nullptr (cross-replica
+  // context, or another strategy's replica).
+  LocalReplicaContext* current_local_context() const;
 
   // Index of this worker and the number of workers (1 for single-process strategies).
   int worker_index() const { return worker_index_; }
   int num_workers() const { return num_workers_; }
   const CommunicationOptions& communication_options() const { return options_; }
+  // Where cross-replica results (reduce, gather) are placed.
+  Device reduce_device() const;
+
+  // Throws unless the calling thread may call a cross-replica method of this strategy:
+  // not in its replica context, not inside a different strategy's scope or replica.
+  void require_cross_replica(const std::string& method, const std::string& hint = "") const;
 
  protected:
-  Strategy(std::vector<Device> devices, CommunicationOptions options = {});
+  Strategy(std::vector<Device> devices, CommunicationOptions options = {},
+           CrossDeviceOps cross_device_ops = CrossDeviceOps::ReductionToOneDevice);
+  // Builds a variable's impl, called once in cross-replica context.
+  virtual std::shared_ptr<autograd::VariableImpl> create_variable(const Tensor& initial,
+                                                                  const autograd::VariableOptions& options) = 0;
   void set_workers(int index, int count) { worker_index_ = index, num_workers_ = count; }
   void run_replicas(const std::function<void(int)>& body);
 
  private:
   friend class StrategyScope;
+  void check_run_allowed() const;
+
   std::vector<Device> devices_;
   CommunicationOptions options_;
+  CrossDeviceOps cross_device_ops_;
   int worker_index_ = 0, num_workers_ = 1;
   StrategyExtended extended_;
   std::shared_ptr<InProcessGroup> group_;
   std::vector<std::unique_ptr<LocalReplicaContext>> contexts_;
+  std::mutex run_mutex_;  // one run() at a time
   std::unique_ptr<ReplicaThreads> threads_;
 };
 
@@ -160,16 +219,19 @@ bool has_strategy();
 
 // ---- concrete strategies ----
 
-// The pass-through strategy used when none is active: one replica, no distribution.
+// The pass-through strategy used when none is active: one replica on the default device,
+// plain variables. instance() is the one get_strategy() returns; make_strategy("default")
+// builds another instance behaving the same.
 class DefaultStrategy final : public Strategy {
  public:
+  DefaultStrategy();
   static DefaultStrategy& instance();
   std::string name() const override { return "default"; }
+  bool is_default() const override { return true; }
+
+ protected:
   std::shared_ptr<autograd::VariableImpl> create_variable(const Tensor& initial,
                                                           const autograd::VariableOptions& options) override;
-
- private:
-  DefaultStrategy();
 };
 
 // One replica on one device; variables placed there.
@@ -177,36 +239,44 @@ class OneDeviceStrategy final : public Strategy {
  public:
   explicit OneDeviceStrategy(Device device = Device());
   std::string name() const override { return "one_device"; }
+
+ protected:
   std::shared_ptr<autograd::VariableImpl> create_variable(const Tensor& initial,
                                                           const autograd::VariableOptions& options) override;
 };
 
 // One replica per device, variables mirrored on every device and kept equal by identical
-// updates. Without devices: every GPU if any, else `num_cpu_replicas` logical CPU devices
-// (cpu:0..N-1; default 1).
+// updates. Without devices: one replica on cpu:0 (TensorFlow's choice without GPUs); use
+// cpu_devices(n) for n logical CPU devices. cross_device_ops chooses how the replicas'
+// tensors are combined (distribute/cross_device_ops.h).
 class MirroredStrategy : public Strategy {
  public:
   explicit MirroredStrategy(std::vector<Device> devices = {},
                             CrossDeviceOps cross_device_ops = CrossDeviceOps::Default,
                             CommunicationOptions options = {});
+  // cpu:0 .. cpu:n-1.
   static std::vector<Device> cpu_devices(int n);
   std::string name() const override { return "mirrored"; }
-  CrossDeviceOps cross_device_ops() const { return cross_device_ops_; }
+
+ protected:
   std::shared_ptr<autograd::VariableImpl> create_variable(const Tensor& initial,
                                                           const autograd::VariableOptions& options) override;
-
- private:
-  CrossDeviceOps cross_device_ops_;
 };
 
 // Replicas compute on `compute_devices`; every variable has one copy on the parameter
-// device, read by all replicas and updated once per step.
+// device (default cpu:0), read by all replicas. With several replicas the variables are
+// aggregating variables: an update in replica context aggregates the replicas' values
+// and is applied once (see distributed_variable.h).
 class CentralStorageStrategy final : public Strategy {
  public:
   explicit CentralStorageStrategy(std::vector<Device> compute_devices = {},
-                                  std::optional<Device> parameter_device = std::nullopt);
+                                  std::optional<Device> parameter_device = std::nullopt,
+                                  CommunicationOptions options = {});
   std::string name() const override { return "central_storage"; }
   std::vector<Device> parameter_devices() const override { return {parameter_device_}; }
+  Device parameter_device() const { return parameter_device_; }
+
+ protected:
   std::shared_ptr<autograd::VariableImpl> create_variable(const Tensor& initial,
                                                           const autograd::VariableOptions& options) override;
 

@@ -8,16 +8,17 @@
 #include <gloo/allreduce.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
-#include <gloo/common/error.h>
-#include <gloo/common/logging.h>
 #include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <signal.h>
+
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <mutex>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -57,9 +58,11 @@ std::string seconds_str(double s) {
 
 std::string live_key(const std::string& prefix, int rank) { return prefix + "/live/" + std::to_string(rank); }
 
+// "1, 2 and 3"
 std::string rank_list(const std::vector<int>& ranks) {
   std::string out;
-  for (size_t i = 0; i < ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
+  for (size_t i = 0; i < ranks.size(); ++i)
+    out += (i == 0 ? "" : i + 1 == ranks.size() ? " and " : ", ") + std::to_string(ranks[i]);
   return out;
 }
 
@@ -105,6 +108,20 @@ class GlooStore final : public gloo::rendezvous::Store {
   int rank_, size_;
   double timeout_;
 };
+
+// Gloo's TCP transport writes to its sockets without MSG_NOSIGNAL, so a peer that dies
+// mid-collective would kill this process with SIGPIPE instead of raising an error. Like
+// Python (under which PyTorch's Gloo runs), ignore SIGPIPE — unless the program installed
+// its own handler, which is left alone.
+void ignore_sigpipe_once() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction current {};
+    if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL &&
+        !(current.sa_flags & SA_SIGINFO))
+      ::signal(SIGPIPE, SIG_IGN);
+  });
+}
 
 template <typename T>
 void divide(void* data, int64_t n, int size) {
@@ -153,6 +170,7 @@ GlooCommunicator::GlooCommunicator(const GlooCommunicatorOptions& options)
   STRATA_CHECK(!options.prefix.empty(), "gloo: the store prefix must not be empty");
   TcpStore& store = *options.store;
   const std::string& prefix = options.prefix;
+  ignore_sigpipe_once();
 
   // A second group on the same prefix would read the first one's stale addresses and hang
   // in connect: count the joiners instead.
@@ -172,10 +190,8 @@ GlooCommunicator::GlooCommunicator(const GlooCommunicatorOptions& options)
     context->connectFullMesh(gstore, device);
     context_ = std::move(context);
   } catch (const Error&) {
-    throw;
-  } catch (const gloo::EnforceNotMet& e) {
-    fail("gloo: rank ", rank_, " of ", size_, " could not connect group '", prefix, "': ", e.what());
-  } catch (const std::exception& e) {
+    throw;  // already names the ranks that never joined
+  } catch (const std::exception& e) {  // gloo::EnforceNotMet, gloo::IoException, ...
     const std::string gone = gone_ranks();
     fail("gloo: rank ", rank_, " of ", size_, " could not connect group '", prefix, "'",
          gone.empty() ? "" : ": " + gone, ": ", e.what());
@@ -205,9 +221,10 @@ std::string GlooCommunicator::gone_ranks() {
       std::vector<int> gone;
       for (int r = 0; r < size_; ++r)
         if (r != rank_ && !options_.store->check({live_key(options_.prefix, r)})) gone.push_back(r);
+      if (gone.size() == 1)
+        return "rank " + std::to_string(gone[0]) + " is gone (its process left the rendezvous store)";
       if (!gone.empty())
-        return (gone.size() == 1 ? "rank " : "ranks ") + rank_list(gone) +
-               (gone.size() == 1 ? " is" : " are") + " gone (its process left the rendezvous store)";
+        return "ranks " + rank_list(gone) + " are gone (their processes left the rendezvous store)";
       if (std::chrono::steady_clock::now() >= deadline)
         return "every other rank is still connected to the store, so a peer is slow or stuck "
                "(did every rank call the same collectives in the same order?)";
@@ -235,9 +252,7 @@ void GlooCommunicator::run(const Call& call, Fn&& fn) {
     fn();
   } catch (const Error&) {
     throw;
-  } catch (const gloo::EnforceNotMet& e) {
-    fail_call(call, e.what());
-  } catch (const std::exception& e) {  // gloo::IoException and the rest of gloo::Exception
+  } catch (const std::exception& e) {  // gloo::EnforceNotMet, gloo::IoException, ...
     fail_call(call, e.what());
   }
 }

@@ -1,12 +1,16 @@
 // GlooCommunicator: the Communicator of one worker process, running Gloo's CPU
 // collectives over TCP between processes (or between threads, each with its own context).
 //
+// Every call fails within CommunicationOptions::timeout_seconds (plus up to a second
+// spent asking the store which ranks are gone) with a strata::Error; nothing hangs.
 // Rendezvous goes through a TcpStore (distribute/collective/tcp_store.h): each rank
 // publishes its Gloo pair addresses under `prefix`, and a liveness key that the store
 // drops when the rank's store connection closes. When a collective fails (a peer died
 // or did not arrive within CommunicationOptions::timeout_seconds) the communicator asks
 // the store which ranks are gone, so the strata::Error names them. After a failure the
 // communicator is unusable: every later call throws (as an aborted NCCL communicator).
+// Creating one sets SIGPIPE to SIG_IGN when it is at its default (Gloo writes to sockets
+// without MSG_NOSIGNAL, so a dead peer would otherwise kill the process).
 //
 // dtypes: float32, float64, int32 and int64 are reduced natively; float16 and bfloat16
 // are reduced in float32 and rounded back. broadcast and all_gather move bytes, so they

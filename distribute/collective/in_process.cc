@@ -1,5 +1,6 @@
 #include "distribute/collective/in_process.h"
 
+#include <algorithm>
 #include <chrono>
 #include <sstream>
 #include <thread>
@@ -27,11 +28,9 @@ std::condition_variable g_slot_cv;
 int g_slots_free = -1;
 thread_local int t_slots_held = 0;
 
-int total_slots() { return std::max(1u, std::thread::hardware_concurrency()); }
-
 void acquire_slot() {
   std::unique_lock<std::mutex> lock(g_slot_mutex);
-  if (g_slots_free < 0) g_slots_free = total_slots();
+  if (g_slots_free < 0) g_slots_free = ComputeSlot::capacity();
   g_slot_cv.wait(lock, [] { return g_slots_free > 0; });
   --g_slots_free;
   ++t_slots_held;
@@ -47,6 +46,7 @@ void release_slot() {
 }
 }  // namespace
 
+int ComputeSlot::capacity() { return int(std::max(1u, std::thread::hardware_concurrency())); }
 ComputeSlot::ComputeSlot() { acquire_slot(); }
 ComputeSlot::~ComputeSlot() { release_slot(); }
 ComputeSlot::Yield::Yield() : held_(t_slots_held > 0) {
@@ -56,108 +56,163 @@ ComputeSlot::Yield::~Yield() {
   if (held_) acquire_slot();
 }
 
+// ---- the fold every reduction uses ----
+
+Tensor fold_reduce(const std::vector<Tensor>& values, ReduceOp op, Device device) {
+  autograd::StopRecording no_tape;
+  STRATA_CHECK(!values.empty(), "reduce: no values to reduce");
+  const Tensor& first = values[0];
+  STRATA_CHECK(first.defined(), "reduce: undefined value from replica 0");
+  STRATA_CHECK(first.dtype() != kBool || op == ReduceOp::Max || op == ReduceOp::Min, "reduce(",
+               reduce_op_name(op), "): bool values can only be reduced with max or min");
+  for (size_t r = 1; r < values.size(); ++r) {
+    STRATA_CHECK(values[r].defined() && values[r].shape() == first.shape() && values[r].dtype() == first.dtype(),
+                 "reduce(", reduce_op_name(op), "): replica ", r, " has ",
+                 values[r].defined() ? std::string(dtype_name(values[r].dtype())) + shape_str(values[r].shape())
+                                     : std::string("an undefined value"),
+                 " but replica 0 has ", dtype_name(first.dtype()), shape_str(first.shape()),
+                 " (every replica must reduce the same shape and dtype)");
+  }
+  Tensor acc = Tensor::empty(first.shape(), first.dtype(), device);
+  acc.copy_(first);
+  for (size_t r = 1; r < values.size(); ++r) {
+    switch (op) {
+      case ReduceOp::Sum:
+      case ReduceOp::Mean: acc = add(acc, values[r]); break;
+      case ReduceOp::Max: acc = maximum(acc, values[r]); break;
+      case ReduceOp::Min: acc = minimum(acc, values[r]); break;
+    }
+  }
+  if (op == ReduceOp::Mean && values.size() > 1) {
+    const double n = double(values.size());
+    acc = is_floating(acc.dtype()) ? acc / n : cast(cast(acc, kFloat64) / n, acc.dtype());
+  }
+  if (!(acc.device() == device)) {  // ops place results on their first input's device
+    Tensor placed = Tensor::empty(acc.shape(), acc.dtype(), device);
+    placed.copy_(acc);
+    acc = placed;
+  }
+  return acc;
+}
+
 // ---- group ----
 
-InProcessGroup::InProcessGroup(int size, double timeout_seconds)
-    : size_(size), timeout_seconds_(timeout_seconds),
-      signatures_(static_cast<size_t>(size)), present_(static_cast<size_t>(size), false) {
+InProcessGroup::InProcessGroup(int size, double timeout_seconds, InProcessAlgorithm algorithm)
+    : size_(size), timeout_seconds_(timeout_seconds), algorithm_(algorithm) {
   STRATA_CHECK(size >= 1, "InProcessGroup: size must be >= 1, got ", size);
-  slots.resize(static_cast<size_t>(size));
-  objects.resize(static_cast<size_t>(size));
+  STRATA_CHECK(timeout_seconds > 0, "InProcessGroup: timeout_seconds must be positive, got ", timeout_seconds);
+  inputs.resize(size_t(size));
+  outputs.resize(size_t(size));
+  objects.resize(size_t(size));
+  arrived_.assign(size_t(size), false);
+  finished_.assign(size_t(size), false);
+  labels_.resize(size_t(size));
 }
 
 void InProcessGroup::abort(const std::string& reason) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!aborted_) aborted_ = reason;
+    if (!failed_) failed_ = reason;
   }
   cv_.notify_all();
 }
 
-void InProcessGroup::reset() {
+void InProcessGroup::begin_round() {
   std::lock_guard<std::mutex> lock(mutex_);
-  aborted_.reset();
-  phase_ = Phase::Collecting;
-  arrived_ = withdrawn_ = 0;
-  std::fill(present_.begin(), present_.end(), false);
-  for (auto& s : slots) s = Tensor();
+  failed_.reset();
+  arrived_count_ = 0;
+  ++generation_;
+  std::fill(arrived_.begin(), arrived_.end(), false);
+  std::fill(finished_.begin(), finished_.end(), false);
+  for (auto& t : inputs) t = Tensor();
+  for (auto& t : outputs) t = Tensor();
   for (auto& o : objects) o.reset();
-  result = Tensor();
+}
+
+void InProcessGroup::finish(int rank) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    finished_[size_t(rank)] = true;
+  }
+  cv_.notify_all();
 }
 
 void InProcessGroup::fail_locked(const std::string& message) {
-  if (!aborted_) aborted_ = message;
+  if (!failed_) failed_ = message;
   cv_.notify_all();
   throw Error(message);
 }
 
-void InProcessGroup::wait_locked(std::unique_lock<std::mutex>& lock, const std::function<bool()>& ready,
-                                 const char* phase, int rank) {
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::duration<double>(timeout_seconds_);
-  while (!ready()) {
-    if (aborted_) throw Error("collective aborted: " + *aborted_);
-    if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && !ready() && !aborted_) {
-      std::ostringstream os;
-      os << "collective timed out after " << timeout_seconds_ << " s in " << phase << " on replica "
-         << rank << ": waiting for replica(s)";
-      for (int r = 0; r < size_; ++r) {
-        if (!present_[size_t(r)]) os << ' ' << r;
+std::string InProcessGroup::missing_locked() const {
+  std::string out;
+  for (int r = 0; r < size_; ++r) {
+    if (!arrived_[size_t(r)]) out += (out.empty() ? "" : ", ") + std::to_string(r);
+  }
+  return out;
+}
+
+void InProcessGroup::sync(int rank, const std::string& label) {
+  if (size_ == 1) return;
+  // Declared before the lock: the slot is given up while waiting and taken back only
+  // after the group lock is released.
+  std::optional<ComputeSlot::Yield> yield;
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (failed_) throw Error("collective " + label + " on replica " + std::to_string(rank) + " aborted: " + *failed_);
+  labels_[size_t(rank)] = label;
+  arrived_[size_t(rank)] = true;
+  if (++arrived_count_ == size_) {
+    for (int r = 1; r < size_; ++r) {
+      if (labels_[size_t(r)] != labels_[0]) {
+        fail_locked("collectives issued in different orders: replica 0 called " + labels_[0] + " while replica " +
+                    std::to_string(r) + " called " + labels_[size_t(r)] +
+                    " (every replica must issue the same collectives in the same order)");
       }
+    }
+    arrived_count_ = 0;
+    std::fill(arrived_.begin(), arrived_.end(), false);
+    ++generation_;
+    cv_.notify_all();
+    return;
+  }
+  // A rank already waiting with a different label is a mismatch we can report now.
+  for (int r = 0; r < size_; ++r) {
+    if (r != rank && arrived_[size_t(r)] && labels_[size_t(r)] != label) {
+      fail_locked("collectives issued in different orders: replica " + std::to_string(r) + " called " +
+                  labels_[size_t(r)] + " while replica " + std::to_string(rank) + " called " + label +
+                  " (every replica must issue the same collectives in the same order)");
+    }
+  }
+  yield.emplace();
+  const uint64_t my_generation = generation_;
+  const auto deadline =
+      std::chrono::steady_clock::now() +
+      std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(timeout_seconds_));
+  for (;;) {
+    if (generation_ != my_generation) return;
+    if (failed_) throw Error("collective " + label + " on replica " + std::to_string(rank) + " aborted: " + *failed_);
+    for (int r = 0; r < size_; ++r) {
+      if (!arrived_[size_t(r)] && finished_[size_t(r)]) {
+        fail_locked("collective " + label + " on replica " + std::to_string(rank) + " can never complete: replica " +
+                    std::to_string(r) +
+                    " returned from its step function without calling it (every replica must issue the "
+                    "same collectives in the same order)");
+      }
+    }
+    if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && generation_ == my_generation && !failed_) {
+      std::ostringstream os;
+      os << "collective " << label << " timed out after " << timeout_seconds_ << " s on replica " << rank
+         << ": replica(s) " << missing_locked() << " did not arrive";
       fail_locked(os.str());
     }
   }
-  if (aborted_) throw Error("collective aborted: " + *aborted_);
 }
 
-void InProcessGroup::collective(int rank, const std::string& signature,
-                                const std::function<void()>& deposit,
-                                const std::function<void()>& combine,
-                                const std::function<void()>& withdraw) {
-  if (size_ == 1) {
-    deposit();
-    combine();
-    withdraw();
-    return;
-  }
-  // Waiting is not computing: give the core to another replica for the whole rendezvous
-  // (declared before the lock, so the slot is re-taken only after the lock is released).
-  ComputeSlot::Yield yield;
-  std::unique_lock<std::mutex> lock(mutex_);
-  // Wait until the previous collective's results have been withdrawn by everyone.
-  wait_locked(lock, [&] { return phase_ == Phase::Collecting; }, signature.c_str(), rank);
-  signatures_[size_t(rank)] = signature;
-  present_[size_t(rank)] = true;
-  deposit();
-  const uint64_t my_generation = generation_;
-  if (++arrived_ == size_) {
-    for (int r = 0; r < size_; ++r) {
-      if (signatures_[size_t(r)] != signatures_[0]) {
-        fail_locked("collectives called in different orders: replica 0 called " + signatures_[0] +
-                    " while replica " + std::to_string(r) + " called " + signatures_[size_t(r)]);
-      }
-    }
-    try {
-      combine();
-    } catch (const std::exception& e) {
-      fail_locked(std::string("collective ") + signature + " failed: " + e.what());
-    }
-    phase_ = Phase::Withdrawing;
-    ++generation_;
-    cv_.notify_all();
-  } else {
-    wait_locked(lock, [&] { return generation_ != my_generation; }, signature.c_str(), rank);
-  }
-  lock.unlock();
-  withdraw();
-  lock.lock();
-  if (++withdrawn_ == size_) {
-    arrived_ = withdrawn_ = 0;
-    std::fill(present_.begin(), present_.end(), false);
-    for (auto& s : slots) s = Tensor();
-    result = Tensor();
-    phase_ = Phase::Collecting;
-    cv_.notify_all();
+void InProcessGroup::run_phase(const std::string& label, const std::function<void()>& phase) {
+  try {
+    phase();
+  } catch (const std::exception& e) {
+    abort("collective " + label + " failed: " + e.what());
+    throw;
   }
 }
 
@@ -166,80 +221,163 @@ void InProcessGroup::collective(int rank, const std::string& signature,
 namespace {
 std::string describe(const char* what, const Tensor& t, const std::string& extra = "") {
   std::ostringstream os;
-  os << what << '(' << extra << (extra.empty() ? "" : ", ") << t.dtype() << shape_str(t.shape()) << ')';
+  os << what << '(' << extra << (extra.empty() ? "" : ", ") << dtype_name(t.dtype()) << shape_str(t.shape()) << ')';
   return os.str();
 }
 
-Tensor combine_all(const std::vector<Tensor>& xs, ReduceOp op) {
-  Tensor acc = xs[0].contiguous();
-  for (size_t i = 1; i < xs.size(); ++i) {
-    switch (op) {
-      case ReduceOp::Sum:
-      case ReduceOp::Mean: acc = add(acc, xs[i]); break;
-      case ReduceOp::Max: acc = maximum(acc, xs[i]); break;
-      case ReduceOp::Min: acc = minimum(acc, xs[i]); break;
-    }
-  }
-  if (op == ReduceOp::Mean) acc = is_floating(acc.dtype()) ? acc / double(xs.size()) : acc;
-  return acc;
+// [begin, end) of slice `part` when n elements are cut into `parts` nearly equal slices.
+std::pair<int64_t, int64_t> slice_range(int64_t n, int parts, int part) {
+  const int64_t base = n / parts, extra = n % parts;
+  const int64_t begin = part * base + std::min<int64_t>(part, extra);
+  return {begin, begin + base + (part < extra ? 1 : 0)};
 }
+
+Tensor flat(const Tensor& t) { return reshape(t, {t.numel()}); }
 }  // namespace
+
+InProcessCommunicator::InProcessCommunicator(std::shared_ptr<InProcessGroup> group, int rank)
+    : group_(std::move(group)), rank_(rank) {
+  STRATA_CHECK(group_ != nullptr, "InProcessCommunicator: null group");
+  STRATA_CHECK(rank >= 0 && rank < group_->size(), "InProcessCommunicator: rank ", rank, " out of range for ",
+               group_->size(), " ranks");
+}
 
 void InProcessCommunicator::all_reduce(const Tensor& buffer, ReduceOp op) {
   autograd::StopRecording no_tape;
+  STRATA_CHECK(buffer.defined() && buffer.is_contiguous(), "all_reduce: the buffer must be a defined, contiguous tensor");
   InProcessGroup& g = *group_;
-  g.collective(rank_, describe("all_reduce", buffer, reduce_op_name(op)),
-               [&] { g.slots[size_t(rank_)] = buffer; },
-               [&] { g.result = combine_all(g.slots, op); },
-               [&] { buffer.copy_(g.result); });
+  const int n = g.size();
+  if (n == 1) return;  // every reduction over one rank is the identity
+  const std::string label = describe("all_reduce", buffer, reduce_op_name(op));
+  g.inputs[size_t(rank_)] = buffer;
+  g.sync(rank_, label);
+  const int64_t numel = buffer.numel();
+  if (g.algorithm() == InProcessAlgorithm::ReduceToFirst) {
+    // ReductionToOneDevice: the first device reduces, then every device copies.
+    if (rank_ == 0) {
+      g.run_phase(label, [&] { g.outputs[0] = fold_reduce(g.inputs, op, buffer.device()); });
+    }
+    g.sync(rank_, label + "/reduced");
+    buffer.copy_(g.outputs[0]);
+  } else {
+    // HierarchicalCopyAllReduce: reduce-scatter (rank r folds slice r) + all-gather.
+    g.run_phase(label, [&] {
+      auto [begin, end] = slice_range(numel, n, rank_);
+      std::vector<Tensor> parts;
+      parts.reserve(size_t(n));
+      for (const Tensor& in : g.inputs) parts.push_back(flat(in).slice(0, begin, end));
+      g.outputs[size_t(rank_)] = fold_reduce(parts, op, buffer.device());
+    });
+    g.sync(rank_, label + "/scattered");
+    Tensor out = flat(buffer);
+    for (int s = 0; s < n; ++s) {
+      auto [begin, end] = slice_range(numel, n, s);
+      if (end > begin) out.slice(0, begin, end).copy_(g.outputs[size_t(s)]);
+    }
+  }
 }
 
 void InProcessCommunicator::broadcast(const Tensor& buffer, int root) {
+  autograd::StopRecording no_tape;
   STRATA_CHECK(root >= 0 && root < size(), "broadcast: root ", root, " out of range for ", size(), " ranks");
+  STRATA_CHECK(buffer.defined(), "broadcast: undefined buffer");
   InProcessGroup& g = *group_;
-  g.collective(rank_, describe("broadcast", buffer, "root " + std::to_string(root)),
-               [&] { g.slots[size_t(rank_)] = buffer; },
-               [&] { g.result = g.slots[size_t(root)].clone(); },
-               [&] {
-                 if (rank_ != root) buffer.copy_(g.result);
-               });
+  if (g.size() == 1) return;
+  const std::string label = describe("broadcast", buffer, "root " + std::to_string(root));
+  g.inputs[size_t(rank_)] = buffer;
+  g.sync(rank_, label);
+  if (rank_ != root) g.run_phase(label, [&] { buffer.copy_(g.inputs[size_t(root)]); });
+  g.sync(rank_, label + "/copied");  // the root's buffer is read until everyone copied it
 }
 
 void InProcessCommunicator::all_gather(const Tensor& input, const Tensor& output) {
   autograd::StopRecording no_tape;
-  STRATA_CHECK(output.ndim() >= 1 && output.dim(0) == input.dim(0) * size(), "all_gather: output shape ",
-               shape_str(output.shape()), " must have ", size(), "x the rows of input ", shape_str(input.shape()));
+  STRATA_CHECK(input.defined() && output.defined() && input.ndim() >= 1 && output.ndim() == input.ndim() &&
+                   output.dim(0) == input.dim(0) * size(),
+               "all_gather: output shape ", output.defined() ? shape_str(output.shape()) : "undefined", " must have ",
+               size(), "x the rows of input ", input.defined() ? shape_str(input.shape()) : "undefined");
   InProcessGroup& g = *group_;
-  g.collective(rank_, describe("all_gather", input), [&] { g.slots[size_t(rank_)] = input; },
-               [&] { g.result = concat(g.slots, 0); }, [&] { output.copy_(g.result); });
+  if (g.size() == 1) {
+    output.copy_(input);
+    return;
+  }
+  const std::string label = describe("all_gather", input);
+  g.inputs[size_t(rank_)] = input;
+  g.sync(rank_, label);
+  g.run_phase(label, [&] {
+    const int64_t rows = input.dim(0);
+    for (int s = 0; s < g.size(); ++s) output.slice(0, s * rows, (s + 1) * rows).copy_(g.inputs[size_t(s)]);
+  });
+  g.sync(rank_, label + "/copied");
 }
 
 void InProcessCommunicator::reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op) {
   autograd::StopRecording no_tape;
-  STRATA_CHECK(input.ndim() >= 1 && input.dim(0) == output.dim(0) * size(), "reduce_scatter: input shape ",
-               shape_str(input.shape()), " must have ", size(), "x the rows of output ", shape_str(output.shape()));
+  STRATA_CHECK(input.defined() && output.defined() && input.ndim() >= 1 && output.ndim() == input.ndim() &&
+                   input.dim(0) == output.dim(0) * size(),
+               "reduce_scatter: input shape ", input.defined() ? shape_str(input.shape()) : "undefined", " must have ",
+               size(), "x the rows of output ", output.defined() ? shape_str(output.shape()) : "undefined");
   InProcessGroup& g = *group_;
-  const int64_t rows = output.dim(0);
-  g.collective(rank_, describe("reduce_scatter", input, reduce_op_name(op)),
-               [&] { g.slots[size_t(rank_)] = input; },
-               [&] { g.result = combine_all(g.slots, op); },
-               [&] { output.copy_(g.result.slice(0, rank_ * rows, (rank_ + 1) * rows)); });
+  if (g.size() == 1) {
+    output.copy_(input);
+    return;
+  }
+  const std::string label = describe("reduce_scatter", input, reduce_op_name(op));
+  g.inputs[size_t(rank_)] = input;
+  g.sync(rank_, label);
+  g.run_phase(label, [&] {
+    const int64_t rows = output.dim(0);
+    std::vector<Tensor> parts;
+    for (const Tensor& in : g.inputs) parts.push_back(in.slice(0, rank_ * rows, (rank_ + 1) * rows));
+    output.copy_(fold_reduce(parts, op, output.device()));
+  });
+  g.sync(rank_, label + "/reduced");  // other ranks read this rank's input until here
 }
 
-void InProcessCommunicator::barrier() {
-  group_->collective(rank_, "barrier()", [] {}, [] {}, [] {});
-}
+void InProcessCommunicator::barrier() { group_->sync(rank_, "barrier()"); }
 
-std::shared_ptr<void> InProcessCommunicator::run_once(const std::function<std::shared_ptr<void>()>& fn) {
+Tensor InProcessCommunicator::all_gather_concat(const Tensor& value, int64_t axis) {
+  autograd::StopRecording no_tape;
+  STRATA_CHECK(value.defined(), "all_gather: undefined value");
   InProcessGroup& g = *group_;
-  std::shared_ptr<void> out;
-  g.collective(rank_, "merge_call()", [] {},
-               [&] {
-                 auto r = fn();
-                 for (auto& o : g.objects) o = r;
-               },
-               [&] { out = g.objects[size_t(rank_)]; });
+  if (g.size() == 1) return value.clone();
+  const int64_t a = normalize_axis(axis, value.ndim(), "all_gather");
+  const std::string label = "all_gather(axis " + std::to_string(a) + ", " + dtype_name(value.dtype()) + ", rank " +
+                            std::to_string(value.ndim()) + ")";
+  g.inputs[size_t(rank_)] = value;
+  g.sync(rank_, label);
+  Tensor out;
+  g.run_phase(label, [&] {
+    std::vector<Tensor> parts;
+    for (const Tensor& in : g.inputs) {
+      parts.push_back(same_memory(in.device(), value.device()) ? in : in.to(value.device()));
+    }
+    out = concat(parts, a);
+    if (!(out.device() == value.device())) out = out.to(value.device());
+  });
+  g.sync(rank_, label + "/copied");
   return out;
+}
+
+Tensor InProcessCommunicator::merge(const std::string& what, const Tensor& value,
+                                    const std::function<Tensor(const std::vector<Tensor>&)>& fn) {
+  InProcessGroup& g = *group_;
+  if (g.size() == 1) return fn({value});
+  g.inputs[size_t(rank_)] = value;
+  g.sync(rank_, what);
+  if (rank_ == 0) g.run_phase(what, [&] { g.outputs[0] = fn(g.inputs); });
+  g.sync(rank_, what + "/merged");
+  return g.outputs[0];
+}
+
+std::shared_ptr<void> InProcessCommunicator::run_once(const std::string& what,
+                                                      const std::function<std::shared_ptr<void>()>& fn) {
+  InProcessGroup& g = *group_;
+  if (g.size() == 1) return fn();
+  g.sync(rank_, what);
+  if (rank_ == 0) g.run_phase(what, [&] { g.objects[0] = fn(); });
+  g.sync(rank_, what + "/done");
+  return g.objects[0];
 }
 
 }  // namespace strata::distribute

@@ -2,12 +2,21 @@
 // shared memory. One InProcessGroup is shared by the group; each replica thread holds an
 // InProcessCommunicator with its rank.
 //
-// Every collective is a two-phase rendezvous: each rank deposits its input and the last
-// to arrive combines them once; then every rank withdraws its result, and the group opens
-// for the next collective only after all have withdrawn. Ranks that call different
-// collectives (or different sizes) in the same position get an error naming both calls;
-// a rank missing past the timeout, or a failed replica (abort()), releases every waiter
-// with a strata::Error — never a hang.
+// Every collective is a few phases separated by group-wide barriers: each rank publishes
+// its input, then computes its share of the result (the whole reduction on rank 0 for
+// ReductionToOneDevice; one slice per rank for HierarchicalCopyAllReduce, a reduce-scatter
+// followed by an all-gather), then copies out what it needs. Both algorithms add the
+// ranks' values in rank order (((x0 + x1) + x2) ...), so they give bitwise equal results.
+//
+// Failure handling, so that nothing ever hangs:
+//  - every barrier compares the ranks' call signatures ("all_reduce(sum, float32[1024])"):
+//    ranks that issue collectives in different orders get an error naming both calls;
+//  - a rank missing past `timeout_seconds` fails the collective with an error naming the
+//    replicas that did not arrive;
+//  - abort(reason) (a replica failed) releases every waiter with that reason;
+//  - finish(rank) (a replica's step function returned) fails any collective still
+//    waiting for that rank, since it will never arrive.
+// After a failure the group stays failed until begin_round().
 #pragma once
 
 #include <condition_variable>
@@ -22,67 +31,97 @@
 
 namespace strata::distribute {
 
+// How the in-process all-reduce moves data (the cross-device ops of MirroredStrategy).
+enum class InProcessAlgorithm {
+  ReduceToFirst,           // rank 0 reduces everything, every rank copies the result
+  ReduceScatterAllGather,  // rank r reduces slice r, every rank gathers all slices
+};
+
 class InProcessGroup {
  public:
-  InProcessGroup(int size, double timeout_seconds);
+  InProcessGroup(int size, double timeout_seconds,
+                 InProcessAlgorithm algorithm = InProcessAlgorithm::ReduceToFirst);
 
   int size() const { return size_; }
-  // Fails every current and future collective with `reason` until reset().
+  InProcessAlgorithm algorithm() const { return algorithm_; }
+  double timeout_seconds() const { return timeout_seconds_; }
+
+  // Fails every current and future collective with `reason` until begin_round().
   void abort(const std::string& reason);
-  // Clears an abort once no rank is inside a collective (between Strategy::run calls).
-  void reset();
+  // Starts a new round (one Strategy::run): clears a previous failure and the finished
+  // marks. Only call while no rank is inside a collective.
+  void begin_round();
+  // Marks `rank` as done for this round: collectives waiting for it fail at once.
+  void finish(int rank);
 
-  // The rendezvous. `signature` describes the call ("all_reduce(sum, float32[1024])");
-  // `deposit` runs under the group lock on arrival, `combine` once on the last arrival,
-  // `withdraw` after combine (outside the lock, concurrently across ranks).
-  void collective(int rank, const std::string& signature, const std::function<void()>& deposit,
-                  const std::function<void()>& combine, const std::function<void()>& withdraw);
+  // A group-wide barrier. Every rank must pass the same `label`; the first arrival of a
+  // different label fails the group. Throws strata::Error on mismatch, timeout, abort or
+  // a finished rank. While waiting the caller gives up its compute slot.
+  void sync(int rank, const std::string& label);
 
-  // Scratch shared by the ranks of the current collective (guarded by the rendezvous).
-  std::vector<Tensor> slots;
-  Tensor result;
+  // Runs `phase` (this rank's part of a collective); an exception aborts the group (so
+  // the other ranks are released) and is rethrown.
+  void run_phase(const std::string& label, const std::function<void()>& phase);
+
+  // Per-rank exchange slots. Rank r writes only index r, and only between the barriers
+  // where the collective's protocol says so; others read them after the next barrier.
+  std::vector<Tensor> inputs;
+  std::vector<Tensor> outputs;
   std::vector<std::shared_ptr<void>> objects;
 
  private:
   [[noreturn]] void fail_locked(const std::string& message);
-  void wait_locked(std::unique_lock<std::mutex>& lock, const std::function<bool()>& ready,
-                   const char* phase, int rank);
+  std::string missing_locked() const;
 
   const int size_;
   const double timeout_seconds_;
+  const InProcessAlgorithm algorithm_;
   std::mutex mutex_;
   std::condition_variable cv_;
-  enum class Phase { Collecting, Withdrawing } phase_ = Phase::Collecting;
-  int arrived_ = 0;
-  int withdrawn_ = 0;
+  int arrived_count_ = 0;
   uint64_t generation_ = 0;
-  std::vector<std::string> signatures_;
-  std::vector<bool> present_;
-  std::optional<std::string> aborted_;
+  std::vector<bool> arrived_;
+  std::vector<bool> finished_;
+  std::vector<std::string> labels_;
+  std::optional<std::string> failed_;
 };
 
 class InProcessCommunicator final : public Communicator {
  public:
-  InProcessCommunicator(std::shared_ptr<InProcessGroup> group, int rank)
-      : group_(std::move(group)), rank_(rank) {}
+  InProcessCommunicator(std::shared_ptr<InProcessGroup> group, int rank);
 
   int rank() const override { return rank_; }
   int size() const override { return group_->size(); }
   std::string backend() const override { return "in-process"; }
+  // buffer must be contiguous (it is reduced in place).
   void all_reduce(const Tensor& buffer, ReduceOp op) override;
   void broadcast(const Tensor& buffer, int root) override;
   void all_gather(const Tensor& input, const Tensor& output) override;
   void reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op) override;
   void barrier() override;
 
-  // Runs fn on one rank while the others wait; every rank returns fn's result.
-  std::shared_ptr<void> run_once(const std::function<std::shared_ptr<void>()>& fn);
+  // Concatenates every rank's value along `axis` (extents along axis may differ); each
+  // rank gets its own copy.
+  Tensor all_gather_concat(const Tensor& value, int64_t axis);
+  // Runs fn on rank 0 with every rank's value while the others wait; every rank returns
+  // fn's result. `what` names the call in mismatch messages.
+  Tensor merge(const std::string& what, const Tensor& value,
+               const std::function<Tensor(const std::vector<Tensor>&)>& fn);
+  // Runs fn on rank 0 while the others wait; every rank returns fn's result.
+  std::shared_ptr<void> run_once(const std::string& what, const std::function<std::shared_ptr<void>()>& fn);
+
   InProcessGroup& group() const { return *group_; }
 
  private:
   std::shared_ptr<InProcessGroup> group_;
   int rank_;
 };
+
+// Reduces `values` elementwise in order (((v0 op v1) op v2) ...) into a new tensor on
+// `device`; Mean divides the sum by values.size() (integers: truncating). Every
+// cross-device reduction in strata goes through this fold, which is why all the
+// algorithms agree bitwise.
+Tensor fold_reduce(const std::vector<Tensor>& values, ReduceOp op, Device device);
 
 // Holds one of the machine's compute slots (one per core) while a replica computes, and
 // gives it up while the replica waits in a collective, so N replica threads never keep
@@ -93,11 +132,16 @@ class ComputeSlot {
   ~ComputeSlot();  // releases it
   ComputeSlot(const ComputeSlot&) = delete;
   ComputeSlot& operator=(const ComputeSlot&) = delete;
+  // The number of slots (the machine's cores).
+  static int capacity();
   // Gives this thread's slot up for the guard's lifetime (no-op when it holds none).
   class Yield {
    public:
     Yield();
     ~Yield();
+    Yield(const Yield&) = delete;
+    Yield& operator=(const Yield&) = delete;
+
    private:
     bool held_;
   };

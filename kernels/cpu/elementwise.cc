@@ -5,6 +5,7 @@
 // small block of the compute type first.
 #include <Eigen/Core>
 #include <cmath>
+#include <limits>
 
 #include "core/dispatch.h"
 #include "kernels/cpu/loops.h"
@@ -20,11 +21,32 @@ using CMap = Eigen::Map<const Arr<C>>;
 template <typename C>
 using MMap = Eigen::Map<Arr<C>>;
 
+template <typename C>
+inline bool is_nan(C v) {
+  if constexpr (std::is_floating_point_v<C>) {
+    return std::isnan(v);
+  } else {
+    return false;
+  }
+}
+
 // Elementwise cost estimates (ns per element) used to decide on splitting across threads.
 constexpr double kCheap = 0.3, kTranscendental = 3.0;
 
+// Note [Layout-independent transcendentals]
+// Eigen evaluates an array expression with packets (SIMD) in the middle of a run and with
+// scalar code at an unaligned head and at the tail. For exp, log, sqrt/rsqrt (under
+// EIGEN_FAST_MATH), sin, cos, tanh, ... the two paths round differently, so an element's
+// value would depend on where it sits in a run: on the memory layout (a transposed view
+// would differ from its contiguous copy) and on where parallel_for split the work (results
+// would change with the thread count). Such ops are therefore always evaluated on 64-byte
+// aligned blocks padded to a whole number of packets, so every element takes the packet
+// path. Exactly rounded ops (neg, abs, add, mul, div, ...) give the same bits either way
+// and keep the direct path over contiguous runs.
+enum class Rounding { Exact, Approximate };
+
 // out = f(x), out and x of the same storage type T (or Out for predicates).
-template <typename T, typename Out, typename F>
+template <typename T, typename Out, Rounding R = Rounding::Approximate, typename F>
 void unary_loop(const Tensor& x, const Tensor& out, double cost, F f) {
   using C = compute_t<T>;
   using OC = std::conditional_t<std::is_same_v<Out, bool>, bool, compute_t<Out>>;
@@ -32,8 +54,20 @@ void unary_loop(const Tensor& x, const Tensor& out, double cost, F f) {
   Out* o = ptr<Out>(out);
   for_each_strided<2>(out.shape(), {out.strides(), strides_for(x, out.shape())}, cost,
                       [&](int64_t n, const std::array<int64_t, 2>& off, const std::array<int64_t, 2>& st) {
-    C ibuf[kBlock];
-    OC obuf[kBlock];
+    alignas(64) C ibuf[kBlock];
+    alignas(64) OC obuf[kBlock];
+    if constexpr (R == Rounding::Approximate) {
+      constexpr int64_t kPacket = 64 / sizeof(C);  // a whole number of any SIMD width
+      for (int64_t b = 0; b < n; b += kBlock) {
+        const int64_t m = std::min(kBlock, n - b);
+        for (int64_t i = 0; i < m; ++i) ibuf[i] = convert<C>(in[off[1] + (b + i) * st[1]]);
+        const int64_t padded = (m + kPacket - 1) / kPacket * kPacket;
+        for (int64_t i = m; i < padded; ++i) ibuf[i] = C(1);
+        MMap<OC>(obuf, padded) = f(CMap<C>(ibuf, padded));
+        store_block(o + off[0] + b * st[0], st[0], m, obuf);
+      }
+      return;
+    }
     const bool direct = std::is_same_v<C, T> && std::is_same_v<OC, Out> && st[0] == 1 && st[1] == 1;
     if (direct) {
       MMap<OC>(reinterpret_cast<OC*>(o + off[0]), n) = f(CMap<C>(reinterpret_cast<const C*>(in + off[1]), n));
@@ -94,11 +128,20 @@ C gelu_tanh(C x) {
   return C(0.5) * x * (C(1) + std::tanh(k * (x + C(0.044715) * x * x * x)));
 }
 
+// e^a. Eigen's packet exp clamps its argument at log(min normal), so exp(-inf) and
+// exp(-100) came out as ~1.2e-38 rather than 0 and ~4e-44; results below the smallest
+// normal number are flushed to zero instead.
+template <typename C, typename A>
+auto exp_flushed(const A& a) {
+  const C lo = std::log(std::numeric_limits<C>::min());
+  return (a < lo).select(C(0), a.exp());
+}
+
 template <typename T>
 void float_unary(OpId op, const OpAttrs& attrs, const Tensor& x, const Tensor& out) {
   using C = compute_t<T>;
   switch (op) {
-    case OpId::Exp: return unary_loop<T, T>(x, out, kTranscendental, [](const auto& a) { return a.exp(); });
+    case OpId::Exp: return unary_loop<T, T>(x, out, kTranscendental, [](const auto& a) { return exp_flushed<C>(a); });
     case OpId::Log: return unary_loop<T, T>(x, out, kTranscendental, [](const auto& a) { return a.log(); });
     case OpId::Sqrt: return unary_loop<T, T>(x, out, kCheap, [](const auto& a) { return a.sqrt(); });
     case OpId::Rsqrt: return unary_loop<T, T>(x, out, kCheap, [](const auto& a) { return a.rsqrt(); });
@@ -107,11 +150,11 @@ void float_unary(OpId op, const OpAttrs& attrs, const Tensor& x, const Tensor& o
     case OpId::Tanh: return unary_loop<T, T>(x, out, kTranscendental, [](const auto& a) { return a.tanh(); });
     case OpId::Sigmoid:
       return unary_loop<T, T>(x, out, kTranscendental,
-                              [](const auto& a) { return C(1) / (C(1) + (-a).exp()); });
+                              [](const auto& a) { return C(1) / (C(1) + exp_flushed<C>(-a)); });
     case OpId::Softplus:
       // log(1 + e^x) = max(x, 0) + log1p(e^-|x|): never overflows.
       return unary_loop<T, T>(x, out, kTranscendental, [](const auto& a) {
-        return a.max(C(0)) + (-a.abs()).exp().log1p();
+        return a.max(C(0)) + exp_flushed<C>(-a.abs()).log1p();
       });
     case OpId::Gelu:
       if (attrs.flag) {
@@ -125,7 +168,7 @@ void float_unary(OpId op, const OpAttrs& attrs, const Tensor& x, const Tensor& o
       return unary_loop<T, T>(x, out, kTranscendental,
                               [](const auto& a) { return a.unaryExpr([](C v) { return C(std::erf(v)); }); });
     case OpId::StopGradient:
-    case OpId::Copy: return unary_loop<T, T>(x, out, kCheap, [](const auto& a) { return a; });
+    case OpId::Copy: return unary_loop<T, T, Rounding::Exact>(x, out, kCheap, [](const auto& a) { return a; });
     default: break;
   }
   fail(op_name(op), ": no CPU kernel for dtype ", x.dtype());
@@ -135,32 +178,35 @@ template <typename T>
 void numeric_unary(OpId op, const Tensor& x, const Tensor& out) {
   using C = compute_t<T>;
   switch (op) {
-    case OpId::Neg: return unary_loop<T, T>(x, out, kCheap, [](const auto& a) { return -a; });
-    case OpId::Abs: return unary_loop<T, T>(x, out, kCheap, [](const auto& a) { return a.abs(); });
-    case OpId::Square: return unary_loop<T, T>(x, out, kCheap, [](const auto& a) { return a * a; });
-    case OpId::Relu: return unary_loop<T, T>(x, out, kCheap, [](const auto& a) { return a.max(C(0)); });
+    case OpId::Neg: return unary_loop<T, T, Rounding::Exact>(x, out, kCheap, [](const auto& a) { return -a; });
+    case OpId::Abs: return unary_loop<T, T, Rounding::Exact>(x, out, kCheap, [](const auto& a) { return a.abs(); });
+    case OpId::Square: return unary_loop<T, T, Rounding::Exact>(x, out, kCheap, [](const auto& a) { return a * a; });
+    case OpId::Relu:
+      // A select rather than max(a, 0): Eigen's packet and scalar max disagree on NaN, and
+      // relu(NaN) must be NaN wherever the element sits.
+      return unary_loop<T, T, Rounding::Exact>(x, out, kCheap, [](const auto& a) { return (a < C(0)).select(C(0), a); });
     case OpId::Sign:
-      return unary_loop<T, T>(x, out, kCheap, [](const auto& a) {
-        return a.unaryExpr([](C v) { return v != v ? v : C((C(0) < v) - (v < C(0))); });
+      return unary_loop<T, T, Rounding::Exact>(x, out, kCheap, [](const auto& a) {
+        return a.unaryExpr([](C v) { return is_nan(v) ? v : C((C(0) < v) - (v < C(0))); });
       });
     case OpId::Floor:
       if constexpr (std::is_floating_point_v<C>) {
-        return unary_loop<T, T>(x, out, kCheap, [](const auto& a) { return a.floor(); });
+        return unary_loop<T, T, Rounding::Exact>(x, out, kCheap, [](const auto& a) { return a.floor(); });
       } else {
-        return unary_loop<T, T>(x, out, kCheap, [](const auto& a) { return a; });
+        return unary_loop<T, T, Rounding::Exact>(x, out, kCheap, [](const auto& a) { return a; });
       }
     case OpId::IsFinite:
       if constexpr (std::is_floating_point_v<C>) {
-        return unary_loop<T, bool>(x, out, kCheap, [](const auto& a) { return a.isFinite(); });
+        return unary_loop<T, bool, Rounding::Exact>(x, out, kCheap, [](const auto& a) { return a.isFinite(); });
       } else {
-        return unary_loop<T, bool>(x, out, kCheap, [](const auto& a) { return a == a; });
+        return unary_loop<T, bool, Rounding::Exact>(x, out, kCheap, [](const auto& a) { return a == a; });
       }
     default: break;
   }
   if constexpr (std::is_floating_point_v<C>) {
     float_unary<T>(op, OpAttrs{}, x, out);
   } else if (op == OpId::Copy) {
-    unary_loop<T, T>(x, out, kCheap, [](const auto& a) { return a; });
+    unary_loop<T, T, Rounding::Exact>(x, out, kCheap, [](const auto& a) { return a; });
   } else {
     fail(op_name(op), ": no CPU kernel for dtype ", x.dtype());
   }
@@ -170,13 +216,13 @@ void unary_kernel(const KernelArgs& k) {
   const Tensor& x = k.in[0];
   const Tensor& out = k.out[0];
   if (k.op == OpId::LogicalNot) {
-    return unary_loop<bool, bool>(x, out, kCheap, [](const auto& a) { return !a; });
+    return unary_loop<bool, bool, Rounding::Exact>(x, out, kCheap, [](const auto& a) { return !a; });
   }
   if (k.op == OpId::Copy && x.dtype() == kBool) {
-    return unary_loop<bool, bool>(x, out, kCheap, [](const auto& a) { return a; });
+    return unary_loop<bool, bool, Rounding::Exact>(x, out, kCheap, [](const auto& a) { return a; });
   }
   if (k.op == OpId::IsFinite && x.dtype() == kBool) {
-    return unary_loop<bool, bool>(x, out, kCheap, [](const auto& a) { return a || !a; });
+    return unary_loop<bool, bool, Rounding::Exact>(x, out, kCheap, [](const auto& a) { return a || !a; });
   }
   visit_dtype(x.dtype(), [&](auto z) {
     using T = decltype(z);
@@ -217,11 +263,11 @@ void arithmetic(OpId op, const Tensor& a, const Tensor& b, const Tensor& out) {
     case OpId::Mul: return binary_loop<T, T>(a, b, out, kCheap, [](const auto& x, const auto& y) { return x * y; });
     case OpId::Maximum:
       return binary_loop<T, T>(a, b, out, kCheap, [](const auto& x, const auto& y) {
-        return x.binaryExpr(y, [](C u, C v) { return (u != u || u > v) ? u : (v != v ? v : (u == v ? u : v)); });
+        return x.binaryExpr(y, [](C u, C v) { return (is_nan(u) || u > v) ? u : (is_nan(v) ? v : (u == v ? u : v)); });
       });
     case OpId::Minimum:
       return binary_loop<T, T>(a, b, out, kCheap, [](const auto& x, const auto& y) {
-        return x.binaryExpr(y, [](C u, C v) { return (u != u || u < v) ? u : (v != v ? v : (u == v ? u : v)); });
+        return x.binaryExpr(y, [](C u, C v) { return (is_nan(u) || u < v) ? u : (is_nan(v) ? v : (u == v ? u : v)); });
       });
     case OpId::Equal: return binary_loop<T, bool>(a, b, out, kCheap, [](const auto& x, const auto& y) { return x == y; });
     case OpId::NotEqual: return binary_loop<T, bool>(a, b, out, kCheap, [](const auto& x, const auto& y) { return x != y; });
@@ -254,6 +300,11 @@ void binary_kernel(const KernelArgs& k) {
       case OpId::LogicalOr: return binary_loop<bool, bool>(a, b, out, kCheap, [](const auto& x, const auto& y) { return x || y; });
       case OpId::Equal: return binary_loop<bool, bool>(a, b, out, kCheap, [](const auto& x, const auto& y) { return x == y; });
       case OpId::NotEqual: return binary_loop<bool, bool>(a, b, out, kCheap, [](const auto& x, const auto& y) { return x != y; });
+      // Ordering as in NumPy: false < true.
+      case OpId::Less: return binary_loop<bool, bool>(a, b, out, kCheap, [](const auto& x, const auto& y) { return !x && y; });
+      case OpId::LessEqual: return binary_loop<bool, bool>(a, b, out, kCheap, [](const auto& x, const auto& y) { return !x || y; });
+      case OpId::Greater: return binary_loop<bool, bool>(a, b, out, kCheap, [](const auto& x, const auto& y) { return x && !y; });
+      case OpId::GreaterEqual: return binary_loop<bool, bool>(a, b, out, kCheap, [](const auto& x, const auto& y) { return x || !y; });
       default: fail(op_name(k.op), ": no CPU kernel for bool operands");
     }
   }

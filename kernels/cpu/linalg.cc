@@ -78,7 +78,7 @@ template <typename T>
 void matmul_typed(const Operand& A, const Operand& B, bool ta, bool tb, const Tensor& out) {
   const int64_t m = out.dim(-2), n = out.dim(-1);
   const int64_t k = ta ? A.t.dim(-2) : A.t.dim(-1);
-  const int64_t batches = m * n ? out.numel() / (m * n) : 0;
+  const int64_t batches = m > 0 && n > 0 ? out.numel() / (m * n) : 0;
   if (batches == 0) return;
   const T* pa = ptr<T>(A.t);
   const T* pb = ptr<T>(B.t);

@@ -31,7 +31,14 @@ inline D convert(S v) {
   if constexpr (std::is_same_v<D, S>) {
     return v;
   } else if constexpr (std::is_same_v<D, bool>) {
-    return float(v) != 0.0f;
+    // Compare in the source type: float(1e-50) would be 0 and turn true into false.
+    if constexpr (is_half_v<S>) {
+      return float(v) != 0.0f;
+    } else {
+      return v != S(0);
+    }
+  } else if constexpr (std::is_integral_v<D> && (is_half_v<S> || std::is_floating_point_v<S>)) {
+    return float_to_int<D>(double(v));
   } else if constexpr (is_half_v<S> || is_half_v<D>) {
     return D(float(v));
   } else {

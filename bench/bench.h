@@ -1,0 +1,55 @@
+// strata-bench's measurement kit: timing with warm-up and repetitions (median and spread),
+// results that carry a same-run baseline, and the registry of suites.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace strata::bench {
+
+struct Options {
+  bool quick = false;  // brief runs: checks that suites work, numbers are rough
+  int threads = 0;     // intra-op threads used (0: strata's default)
+};
+
+// One figure and the baseline it is compared with, measured in the same run.
+struct Result {
+  std::string suite, name;
+  double value = 0;        // higher is better unless lower_is_better
+  std::string unit;        // "GFLOP/s", "GB/s", "us", "steps/s", ...
+  double spread = 0;       // (max - min) / median of the repetitions, as a fraction
+  std::string baseline;    // what the baseline is ("OpenBLAS sgemm", "memcpy", ...)
+  double baseline_value = 0;
+  bool lower_is_better = false;
+  // strata relative to the baseline: > 1 means strata is better.
+  double ratio() const {
+    if (baseline_value <= 0 || value <= 0) return 0;
+    return lower_is_better ? baseline_value / value : value / baseline_value;
+  }
+};
+
+struct Timing {
+  double median_s = 0, min_s = 0, max_s = 0;
+  double spread() const { return median_s > 0 ? (max_s - min_s) / median_s : 0; }
+};
+
+// Runs fn `warmup` times, then `reps` timed repetitions of `inner` calls each; returns the
+// per-call time statistics.
+Timing time_it(const std::function<void()>& fn, int reps, int inner = 1, int warmup = 2);
+
+using Suite = std::function<std::vector<Result>(const Options&)>;
+struct SuiteEntry {
+  std::string name, description;
+  Suite run;
+};
+const std::vector<SuiteEntry>& suites();
+
+std::vector<Result> ops_suite(const Options& options);
+std::vector<Result> autograd_suite(const Options& options);
+std::vector<Result> data_suite(const Options& options);
+std::vector<Result> collectives_suite(const Options& options);
+std::vector<Result> train_suite(const Options& options);
+
+}  // namespace strata::bench

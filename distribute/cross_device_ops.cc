@@ -1,0 +1,86 @@
+#include "distribute/cross_device_ops.h"
+
+#include <algorithm>
+#include <cctype>
+
+#include "autograd/tape.h"
+#include "core/ops.h"
+
+namespace strata::distribute {
+
+const char* cross_device_ops_name(CrossDeviceOps ops) {
+  switch (ops) {
+    case CrossDeviceOps::Default: return "default";
+    case CrossDeviceOps::ReductionToOneDevice: return "ReductionToOneDevice";
+    case CrossDeviceOps::HierarchicalCopyAllReduce: return "HierarchicalCopyAllReduce";
+    case CrossDeviceOps::NcclAllReduce: return "NcclAllReduce";
+  }
+  return "?";
+}
+
+CrossDeviceOps cross_device_ops_from_name(const std::string& name) {
+  std::string s;
+  for (char c : name) {
+    if (c != '_' && c != '-') s += char(std::tolower(static_cast<unsigned char>(c)));
+  }
+  if (s == "default" || s == "auto") return CrossDeviceOps::Default;
+  if (s == "reductiontoonedevice") return CrossDeviceOps::ReductionToOneDevice;
+  if (s == "hierarchicalcopy" || s == "hierarchicalcopyallreduce") return CrossDeviceOps::HierarchicalCopyAllReduce;
+  if (s == "nccl" || s == "ncclallreduce") return CrossDeviceOps::NcclAllReduce;
+  fail("cross_device_ops: unknown name '", name,
+       "' (expected default, reduction_to_one_device, hierarchical_copy or nccl)");
+}
+
+CrossDeviceOps resolve_cross_device_ops(CrossDeviceOps requested, const std::vector<Device>& devices) {
+  if (requested == CrossDeviceOps::NcclAllReduce) {
+    fail("cross_device_ops: NcclAllReduce is not available in this build (strata's CUDA backend has no NCCL "
+         "all-reduce yet); use HierarchicalCopyAllReduce or ReductionToOneDevice");
+  }
+  if (requested != CrossDeviceOps::Default) return requested;
+  const bool any_cpu = std::any_of(devices.begin(), devices.end(), [](const Device& d) { return d.is_cpu(); });
+  return any_cpu ? CrossDeviceOps::ReductionToOneDevice : CrossDeviceOps::HierarchicalCopyAllReduce;
+}
+
+InProcessAlgorithm in_process_algorithm(CrossDeviceOps ops) {
+  switch (ops) {
+    case CrossDeviceOps::HierarchicalCopyAllReduce: return InProcessAlgorithm::ReduceScatterAllGather;
+    case CrossDeviceOps::Default:
+    case CrossDeviceOps::ReductionToOneDevice:
+    case CrossDeviceOps::NcclAllReduce: return InProcessAlgorithm::ReduceToFirst;
+  }
+  return InProcessAlgorithm::ReduceToFirst;
+}
+
+Tensor cross_device_reduce(CrossDeviceOps ops, ReduceOp op, const std::vector<Tensor>& values, Device destination) {
+  autograd::StopRecording no_tape;
+  STRATA_CHECK(!values.empty(), "cross_device_reduce: no values");
+  if (ops != CrossDeviceOps::HierarchicalCopyAllReduce || values.size() == 1) {
+    return fold_reduce(values, op, destination);
+  }
+  // Reduce-scatter over the flattened values (slice s folded separately), then gather the
+  // slices onto the destination. fold_reduce checks that shapes and dtypes agree.
+  const Tensor& first = values[0];
+  for (const Tensor& v : values) {
+    STRATA_CHECK(v.defined() && v.shape() == first.shape() && v.dtype() == first.dtype(), "cross_device_reduce(",
+                 reduce_op_name(op), "): replica values differ in shape or dtype: ",
+                 v.defined() ? std::string(dtype_name(v.dtype())) + shape_str(v.shape()) : std::string("undefined"),
+                 " vs ", dtype_name(first.dtype()), shape_str(first.shape()));
+  }
+  const int64_t numel = first.numel();
+  const int parts = int(values.size());
+  Tensor out = Tensor::empty({numel}, first.dtype(), destination);
+  const int64_t base = numel / parts, extra = numel % parts;
+  int64_t begin = 0;
+  for (int s = 0; s < parts; ++s) {
+    const int64_t end = begin + base + (s < extra ? 1 : 0);
+    if (end > begin) {
+      std::vector<Tensor> slices;
+      for (const Tensor& v : values) slices.push_back(reshape(v, {numel}).slice(0, begin, end));
+      out.slice(0, begin, end).copy_(fold_reduce(slices, op, destination));
+    }
+    begin = end;
+  }
+  return reshape(out, first.shape());
+}
+
+}  // namespace strata::distribute

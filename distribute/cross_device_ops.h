@@ -1,0 +1,41 @@
+// Cross-device ops: how MirroredStrategy combines per-replica tensors
+// (tf.distribute.CrossDeviceOps). Both in-process implementations fold the replicas'
+// values in replica order, so they return bitwise equal results; they differ in who does
+// the work:
+//  - ReductionToOneDevice: everything is reduced on one device (the destination, or the
+//    first replica's inside a collective), then copied to every replica;
+//  - HierarchicalCopyAllReduce: the flat buffer is cut into one slice per replica and each
+//    replica reduces its slice (a reduce-scatter), then every replica gathers all slices
+//    (an all-gather) — the work is spread over the replicas.
+// NcclAllReduce needs the CUDA backend with NCCL, which this build does not provide.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+#include "core/tensor.h"
+#include "distribute/collective/communicator.h"
+#include "distribute/collective/in_process.h"
+
+namespace strata::distribute {
+
+enum class CrossDeviceOps { Default, ReductionToOneDevice, HierarchicalCopyAllReduce, NcclAllReduce };
+const char* cross_device_ops_name(CrossDeviceOps ops);
+// "default" | "reduction_to_one_device" | "hierarchical_copy" | "nccl" (also the class
+// names, case-insensitive); throws strata::Error otherwise.
+CrossDeviceOps cross_device_ops_from_name(const std::string& name);
+
+// What Default means for these devices (TensorFlow's choice): ReductionToOneDevice when
+// any device is a CPU, otherwise NcclAllReduce where available, else
+// HierarchicalCopyAllReduce. Throws for NcclAllReduce in a build without NCCL.
+CrossDeviceOps resolve_cross_device_ops(CrossDeviceOps requested, const std::vector<Device>& devices);
+
+// The in-process collective algorithm implementing a (resolved) choice.
+InProcessAlgorithm in_process_algorithm(CrossDeviceOps ops);
+
+// Reduces one value per replica onto `destination` with the given cross-device ops
+// (cross-replica context; the values may live on different devices).
+Tensor cross_device_reduce(CrossDeviceOps ops, ReduceOp op, const std::vector<Tensor>& values, Device destination);
+
+}  // namespace strata::distribute

@@ -1,0 +1,16 @@
+// InputOptions: how a distributed dataset feeds the replicas (tf.distribute.InputOptions).
+#pragma once
+
+#include <cstdint>
+
+namespace strata::distribute {
+
+struct InputOptions {
+  // Copy each replica's part of the batch to that replica's device (in the prefetch
+  // thread), as TensorFlow does for logical and physical devices alike.
+  bool experimental_fetch_to_device = true;
+  // Batches prepared ahead per replica on a background thread (0: none).
+  int64_t experimental_per_replica_buffer_size = 1;
+};
+
+}  // namespace strata::distribute

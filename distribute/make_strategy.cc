@@ -1,0 +1,78 @@
+#include "distribute/make_strategy.h"
+
+#include <algorithm>
+
+namespace strata::distribute {
+
+const std::vector<std::string>& strategy_names() {
+  static const std::vector<std::string> names = {"default",         "one_device",   "mirrored",
+                                                 "multi_worker",    "central_storage", "parameter_server"};
+  return names;
+}
+
+bool strategy_available(const std::string& name) {
+  return name == "default" || name == "one_device" || name == "mirrored" || name == "central_storage";
+}
+
+namespace {
+std::string names_list() {
+  std::string out;
+  for (const auto& n : strategy_names()) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+// The replicas' devices from `replicas` / `devices`.
+std::vector<Device> replica_devices(const std::string& name, const StrategyOptions& o) {
+  STRATA_CHECK(o.replicas >= 0, "make_strategy('", name, "'): replicas must be >= 0, got ", o.replicas);
+  if (o.devices.empty()) return MirroredStrategy::cpu_devices(std::max(1, o.replicas));
+  STRATA_CHECK(o.replicas == 0 || o.replicas == int(o.devices.size()), "make_strategy('", name, "'): ", o.replicas,
+               " replicas requested but ", o.devices.size(), " devices given (one replica per device)");
+  return o.devices;
+}
+
+void check_single_replica(const std::string& name, const StrategyOptions& o) {
+  STRATA_CHECK(o.replicas <= 1 && o.devices.size() <= 1, "make_strategy('", name, "'): the ", name,
+               " strategy runs one replica, but ", std::max<size_t>(size_t(std::max(o.replicas, 0)), o.devices.size()),
+               " were requested (use 'mirrored' or 'central_storage' for several)");
+}
+
+void check_no(const std::string& name, bool given, const char* option) {
+  STRATA_CHECK(!given, "make_strategy('", name, "'): option ", option, " does not apply to the ", name, " strategy");
+}
+}  // namespace
+
+std::unique_ptr<Strategy> make_strategy(const std::string& name, const StrategyOptions& options) {
+  const bool ops_given = options.cross_device_ops != CrossDeviceOps::Default;
+  if (name == "default") {
+    check_single_replica(name, options);
+    STRATA_CHECK(options.devices.empty() || options.devices[0] == Device(), "make_strategy('default'): the default "
+                 "strategy runs on ", Device(), ", not ", options.devices[0], " (use 'one_device')");
+    check_no(name, ops_given, "cross_device_ops");
+    check_no(name, options.parameter_device.has_value(), "parameter_device");
+    return std::make_unique<DefaultStrategy>();
+  }
+  if (name == "one_device") {
+    check_single_replica(name, options);
+    check_no(name, ops_given, "cross_device_ops");
+    check_no(name, options.parameter_device.has_value(), "parameter_device");
+    return std::make_unique<OneDeviceStrategy>(options.devices.empty() ? Device() : options.devices[0]);
+  }
+  if (name == "mirrored") {
+    check_no(name, options.parameter_device.has_value(), "parameter_device");
+    return std::make_unique<MirroredStrategy>(replica_devices(name, options), options.cross_device_ops,
+                                              options.communication);
+  }
+  if (name == "central_storage") {
+    check_no(name, ops_given, "cross_device_ops");
+    return std::make_unique<CentralStorageStrategy>(replica_devices(name, options), options.parameter_device,
+                                                    options.communication);
+  }
+  if (name == "multi_worker" || name == "parameter_server") {
+    fail("make_strategy: the '", name, "' strategy (",
+         name == "multi_worker" ? "MultiWorkerMirroredStrategy" : "ParameterServerStrategy",
+         ") is not available in this build yet; available: default, one_device, mirrored, central_storage");
+  }
+  fail("make_strategy: unknown strategy '", name, "' (expected one of: ", names_list(), ")");
+}
+
+}  // namespace strata::distribute

@@ -1,0 +1,45 @@
+// make_strategy: builds a strategy from a name and options, for programs that pick one
+// from a flag (strata-train's --strategy, --replicas, --devices).
+//
+//   auto strategy = distribute::make_strategy("mirrored", {.replicas = 2});
+//
+// Names: "default", "one_device", "mirrored", "central_storage". "multi_worker" and
+// "parameter_server" are recognised but not available in this build: they throw a
+// strata::Error saying so. Options that do not apply to the named strategy (more than one
+// device for one_device, cross_device_ops for anything but mirrored, ...) throw too.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+#include "distribute/collective/communicator.h"
+#include "distribute/cross_device_ops.h"
+#include "distribute/strategy.h"
+
+namespace strata::distribute {
+
+struct StrategyOptions {
+  // Number of replicas (logical CPU devices cpu:0..N-1) when `devices` is empty; 0 means
+  // one. With `devices` it must be 0 or equal to their number.
+  int replicas = 0;
+  // The replicas' devices (one_device: at most one; mirrored / central_storage: any).
+  std::vector<Device> devices;
+  // mirrored only.
+  CrossDeviceOps cross_device_ops = CrossDeviceOps::Default;
+  // Collective timeouts and gradient packing (mirrored, central_storage).
+  CommunicationOptions communication;
+  // central_storage only (default cpu:0).
+  std::optional<Device> parameter_device;
+};
+
+std::unique_ptr<Strategy> make_strategy(const std::string& name, const StrategyOptions& options = {});
+
+// The names make_strategy recognises, in the order strata-train lists them.
+const std::vector<std::string>& strategy_names();
+// True for the names make_strategy can build in this build.
+bool strategy_available(const std::string& name);
+
+}  // namespace strata::distribute

@@ -1,0 +1,297 @@
+// The in-process collectives behind MirroredStrategy: the cross-device ops agree bitwise
+// (cross_device_ops_test.py's reduce/all-reduce assertions), and every failure — a
+// replica throwing, collectives issued in different orders, a replica that never
+// arrives — is reported, never a hang.
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "core/thread_pool.h"
+#include "distribute/collective/in_process.h"
+#include "distribute/local_replica_context.h"
+#include "distribute/strategy.h"
+#include "tests/distribute/strategy_cases.h"
+#include "tests/test_util.h"
+
+using namespace strata;
+using namespace strata::distribute;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+Tensor random_tensor(const Shape& shape, DType dtype, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::vector<double> v(size_t(numel_of(shape)));
+  if (is_floating(dtype)) {
+    std::normal_distribution<double> d(0.0, 3.0);
+    for (auto& x : v) x = d(gen);
+  } else {
+    std::uniform_int_distribution<int> d(-1000, 1000);
+    for (auto& x : v) x = d(gen);
+  }
+  return Tensor::from_vector(v, shape, dtype);
+}
+
+bool bitwise_equal(const Tensor& a, const Tensor& b) {
+  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
+  Tensor ca = a.contiguous(), cb = b.contiguous();
+  return std::memcmp(ca.raw_data(), cb.raw_data(), ca.nbytes()) == 0;
+}
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+}  // namespace
+
+TEST_CASE("cross-device ops: ReductionToOneDevice and HierarchicalCopyAllReduce agree bitwise") {
+  const std::vector<DType> dtypes = {kFloat32, kFloat64, kInt32, kInt64};
+  const std::vector<ReduceOp> ops = {ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min};
+  for (int n : {2, 3, 4}) {
+    MirroredStrategy one(MirroredStrategy::cpu_devices(n), CrossDeviceOps::ReductionToOneDevice);
+    MirroredStrategy hier(MirroredStrategy::cpu_devices(n), CrossDeviceOps::HierarchicalCopyAllReduce);
+    REQUIRE(one.cross_device_ops() == CrossDeviceOps::ReductionToOneDevice);
+    REQUIRE(hier.cross_device_ops() == CrossDeviceOps::HierarchicalCopyAllReduce);
+    for (DType dtype : dtypes) {
+      for (ReduceOp op : ops) {
+        for (int64_t size : {int64_t(1), int64_t(2), int64_t(7), int64_t(1000), int64_t(4099)}) {
+          INFO("replicas " << n << " dtype " << dtype_name(dtype) << " op " << reduce_op_name(op) << " size " << size);
+          auto values = one.experimental_distribute_values_from_function([&](const ValueContext& ctx) {
+            return random_tensor({size}, dtype, uint32_t(1000 * ctx.replica_id_in_sync_group + size));
+          });
+          auto step = [op](const Tensor& v) { return get_replica_context()->all_reduce(op, v); };
+          auto a = one.run(step, values);
+          auto b = hier.run(step, values);
+          for (int r = 0; r < n; ++r) {
+            REQUIRE(bitwise_equal(a[size_t(r)], a[0]));  // every replica has the same result
+            REQUIRE(bitwise_equal(b[size_t(r)], a[0]));  // and both algorithms agree bitwise
+            REQUIRE(a[size_t(r)].device() == cpu(r));
+          }
+          // Cross-replica reductions agree with the collective bitwise too.
+          REQUIRE(bitwise_equal(one.extended().reduce_to(op, values, cpu(0)), a[0]));
+          REQUIRE(bitwise_equal(hier.extended().reduce_to(op, values, cpu(0)), a[0]));
+          // And with a reference fold in double precision.
+          std::vector<double> want = values[0].to_vector<double>();
+          for (int r = 1; r < n; ++r) {
+            auto x = values[size_t(r)].to_vector<double>();
+            for (size_t i = 0; i < want.size(); ++i) {
+              if (op == ReduceOp::Max) want[i] = std::max(want[i], x[i]);
+              else if (op == ReduceOp::Min) want[i] = std::min(want[i], x[i]);
+              else want[i] += x[i];
+            }
+          }
+          if (op == ReduceOp::Mean) {
+            for (auto& w : want) w = is_floating(dtype) ? w / n : double(int64_t(w / n));
+          }
+          REQUIRE_ALLCLOSE(a[0], Tensor::from_vector(want, {size}, dtype), 1e-5, 1e-4);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("all_reduce packs by dtype and bytes_per_pack; undefined gradients stay undefined") {
+  for (int64_t pack : {int64_t(0), int64_t(64), int64_t(1 << 20)}) {
+    INFO("bytes_per_pack " << pack);
+    MirroredStrategy strategy(MirroredStrategy::cpu_devices(3), CrossDeviceOps::Default,
+                              {.bytes_per_pack = pack, .timeout_seconds = 30});
+    auto out = strategy.run([] {
+      const double r = get_replica_context()->replica_id_in_sync_group();
+      std::vector<Tensor> grads = {full({3, 4}, r), Tensor(), full({5}, 2 * r, kFloat64), full({7}, r),
+                                   full({2, 2}, r + 1, kInt32), zeros({0})};
+      return get_replica_context()->all_reduce(ReduceOp::Sum, grads);
+    });
+    for (int r = 0; r < 3; ++r) {
+      const auto& g = out[size_t(r)];
+      REQUIRE(g.size() == 6);
+      REQUIRE_ALLCLOSE(g[0], full({3, 4}, 3.0));
+      REQUIRE(!g[1].defined());
+      REQUIRE(g[2].dtype() == kFloat64);
+      REQUIRE_ALLCLOSE(g[2], full({5}, 6.0, kFloat64));
+      REQUIRE_ALLCLOSE(g[3], full({7}, 3.0));
+      REQUIRE(g[4].dtype() == kInt32);
+      REQUIRE(g[4].to_vector<int>() == std::vector<int>(4, 6));
+      REQUIRE(g[5].shape() == Shape{0});
+    }
+    // The inputs themselves are not modified (the reduction works on a packed copy).
+    auto inputs_kept = strategy.run([] {
+      Tensor x = ones({4});
+      get_replica_context()->all_reduce(ReduceOp::Sum, x);
+      return x;
+    });
+    REQUIRE_ALLCLOSE(inputs_kept[1], ones({4}));
+  }
+}
+
+TEST_CASE("communicator collectives: broadcast, all_gather, reduce_scatter, barrier") {
+  for (CrossDeviceOps ops : {CrossDeviceOps::ReductionToOneDevice, CrossDeviceOps::HierarchicalCopyAllReduce}) {
+    MirroredStrategy strategy(MirroredStrategy::cpu_devices(3), ops);
+    auto results = strategy.run([&] {
+      const int r = get_replica_context()->replica_id_in_sync_group();
+      InProcessCommunicator& comm = strategy.replica_context(r).communicator();
+      REPLICA_REQUIRE(comm.rank() == r);
+      REPLICA_REQUIRE(comm.size() == 3);
+      REPLICA_REQUIRE(comm.backend() == "in-process");
+      Tensor b = full({4}, double(r));
+      comm.broadcast(b, 2);
+      Tensor gathered = zeros({6, 2});
+      comm.all_gather(full({2, 2}, double(r)), gathered);
+      Tensor scattered = zeros({2});
+      comm.reduce_scatter(arange(0, 6), scattered, ReduceOp::Sum);
+      comm.barrier();
+      Tensor mean = full({5}, double(r));
+      comm.all_reduce(mean, ReduceOp::Mean);
+      return std::vector<Tensor>{b, gathered, scattered, mean};
+    });
+    for (int r = 0; r < 3; ++r) {
+      const auto& x = results[size_t(r)];
+      REQUIRE_ALLCLOSE(x[0], full({4}, 2.0));
+      REQUIRE(x[1].to_vector<float>() == std::vector<float>{0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2});
+      REQUIRE(x[2].to_vector<float>() == std::vector<float>{float(3 * (2 * r)), float(3 * (2 * r + 1))});
+      REQUIRE_ALLCLOSE(x[3], full({5}, 1.0));
+    }
+    REQUIRE_THROWS_WITH(strategy.run([&] {
+      strategy.replica_context(get_replica_context()->replica_id_in_sync_group()).communicator().all_gather(ones({2}), zeros({5}));
+    }),
+                        Catch::Contains("all_gather: output shape [5]"));
+    REQUIRE_THROWS_WITH(strategy.run([&] {
+      strategy.replica_context(get_replica_context()->replica_id_in_sync_group()).communicator().broadcast(ones({2}), 3);
+    }),
+                        Catch::Contains("root 3 out of range"));
+  }
+}
+
+TEST_CASE("a replica that throws releases the others blocked in a collective, within a second") {
+  for (CrossDeviceOps ops : {CrossDeviceOps::ReductionToOneDevice, CrossDeviceOps::HierarchicalCopyAllReduce}) {
+    for (int n : {2, 4}) {
+      INFO(cross_device_ops_name(ops) << " x" << n);
+      MirroredStrategy strategy(MirroredStrategy::cpu_devices(n), ops);
+      for (int failing = 0; failing < n; ++failing) {
+        const auto start = Clock::now();
+        REQUIRE_THROWS_WITH(strategy.run([&] {
+          ReplicaContext* ctx = get_replica_context();
+          ctx->all_reduce(ReduceOp::Sum, ones({16}));  // one good collective first
+          if (ctx->replica_id_in_sync_group() == failing) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the others are waiting by now
+            fail("boom on ", failing);
+          }
+          ctx->all_reduce(ReduceOp::Sum, ones({16}));
+        }),
+                            Catch::Equals("replica " + std::to_string(failing) + ": boom on " + std::to_string(failing)));
+        REQUIRE(seconds_since(start) < 1.0);
+        // The strategy is usable again.
+        auto r = strategy.run([] { return get_replica_context()->all_reduce(ReduceOp::Sum, ones({1})); });
+        REQUIRE(r[size_t(n - 1)].item<float>() == float(n));
+      }
+    }
+  }
+  // A failure inside merge_call's function releases the replicas waiting for its result.
+  MirroredStrategy strategy(MirroredStrategy::cpu_devices(3));
+  const auto start = Clock::now();
+  REQUIRE_THROWS_WITH(strategy.run([] {
+    get_replica_context()->merge_call(
+        [](const std::vector<Tensor>&) -> Tensor { fail("merge failed"); }, ones({1}));
+  }),
+                      Catch::Contains("merge failed"));
+  REQUIRE(seconds_since(start) < 1.0);
+  // A non-strata exception is reported too.
+  REQUIRE_THROWS_WITH(strategy.run([] {
+    if (get_replica_context()->replica_id_in_sync_group() == 2) throw std::out_of_range("bad index");
+    get_replica_context()->barrier();
+  }),
+                      Catch::Equals("replica 2: bad index"));
+}
+
+TEST_CASE("collectives issued in different orders are reported, not deadlocked") {
+  MirroredStrategy strategy(MirroredStrategy::cpu_devices(2), CrossDeviceOps::Default, {.timeout_seconds = 60});
+  auto start = Clock::now();
+  REQUIRE_THROWS_WITH(strategy.run([] {
+    ReplicaContext* ctx = get_replica_context();
+    if (ctx->replica_id_in_sync_group() == 0) {
+      ctx->all_reduce(ReduceOp::Sum, ones({4}));
+      ctx->all_gather(ones({4}), 0);
+    } else {
+      ctx->all_gather(ones({4}), 0);
+      ctx->all_reduce(ReduceOp::Sum, ones({4}));
+    }
+  }),
+                      Catch::Contains("different orders") && Catch::Contains("all_reduce(sum, float32[4])") &&
+                          Catch::Contains("all_gather("));
+  REQUIRE(seconds_since(start) < 1.0);
+  // Same collective, different shapes or ops.
+  REQUIRE_THROWS_WITH(strategy.run([] {
+    ReplicaContext* ctx = get_replica_context();
+    ctx->all_reduce(ReduceOp::Sum, ones({4 + ctx->replica_id_in_sync_group()}));
+  }),
+                      Catch::Contains("float32[4]") && Catch::Contains("float32[5]"));
+  REQUIRE_THROWS_WITH(strategy.run([] {
+    ReplicaContext* ctx = get_replica_context();
+    ctx->all_reduce(ctx->replica_id_in_sync_group() == 0 ? ReduceOp::Sum : ReduceOp::Max, ones({4}));
+  }),
+                      Catch::Contains("all_reduce(max"));
+  // A replica that returns without issuing the collective the others wait in.
+  start = Clock::now();
+  REQUIRE_THROWS_WITH(strategy.run([] {
+    ReplicaContext* ctx = get_replica_context();
+    if (ctx->replica_id_in_sync_group() == 0) ctx->all_reduce(ReduceOp::Sum, ones({4}));
+  }),
+                      Catch::Contains("replica 1 returned from its step function without calling it"));
+  REQUIRE(seconds_since(start) < 1.0);
+  // Still healthy.
+  auto r = strategy.run([] { return get_replica_context()->all_reduce(ReduceOp::Sum, ones({1})); });
+  REQUIRE(r[0].item<float>() == 2.0f);
+}
+
+TEST_CASE("a collective times out naming the replica that did not arrive") {
+  MirroredStrategy strategy(MirroredStrategy::cpu_devices(3), CrossDeviceOps::Default, {.timeout_seconds = 0.2});
+  const auto start = Clock::now();
+  REQUIRE_THROWS_WITH(strategy.run([] {
+    ReplicaContext* ctx = get_replica_context();
+    if (ctx->replica_id_in_sync_group() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    ctx->all_reduce(ReduceOp::Sum, ones({4}));
+  }),
+                      Catch::Contains("timed out after 0.2 s") && Catch::Contains("replica(s) 1 did not arrive"));
+  const double took = seconds_since(start);
+  REQUIRE(took < 2.5);  // the sleeping replica finishes its sleep, then fails at once
+  auto r = strategy.run([] { return get_replica_context()->all_reduce(ReduceOp::Sum, ones({1})); });
+  REQUIRE(r[2].item<float>() == 3.0f);
+}
+
+TEST_CASE("replica threads are long-lived and never keep more threads busy than cores") {
+  const int cores = ComputeSlot::capacity();
+  for (int n : {2, 4, 8}) {
+    INFO("replicas " << n << " cores " << cores);
+    MirroredStrategy strategy(MirroredStrategy::cpu_devices(n));
+    std::vector<std::thread::id> first(static_cast<size_t>(n)), second(static_cast<size_t>(n));
+    std::vector<int> limits(static_cast<size_t>(n));
+    strategy.run([&] {
+      const int r = get_replica_context()->replica_id_in_sync_group();
+      first[size_t(r)] = std::this_thread::get_id();
+      limits[size_t(r)] = thread_parallelism_limit();
+    });
+    strategy.run([&] { second[size_t(get_replica_context()->replica_id_in_sync_group())] = std::this_thread::get_id(); });
+    REQUIRE(first == second);  // the same thread serves replica r in every run
+    REQUIRE(std::set<std::thread::id>(first.begin(), first.end()).size() == size_t(n));
+    REQUIRE(std::count(first.begin(), first.end(), std::this_thread::get_id()) == 0);
+    for (int l : limits) REQUIRE(l == std::max(1, cores / n));
+
+    std::atomic<int> busy{0}, max_busy{0};
+    auto work = [&] {
+      const int now = ++busy;
+      int seen = max_busy.load();
+      while (now > seen && !max_busy.compare_exchange_weak(seen, now)) {
+      }
+      const auto until = Clock::now() + std::chrono::milliseconds(15);
+      volatile double x = 0;
+      while (Clock::now() < until) x = x + 1;
+      --busy;
+    };
+    strategy.run([&] {
+      for (int step = 0; step < 3; ++step) {
+        work();
+        get_replica_context()->all_reduce(ReduceOp::Sum, ones({8}));  // waiting gives the core up
+      }
+    });
+    REQUIRE(max_busy.load() <= cores);
+    REQUIRE(max_busy.load() >= 1);
+  }
+}

@@ -1,0 +1,54 @@
+// Adam and AdamW with PyTorch's update rules (torch.optim.Adam / AdamW, amsgrad off):
+//   AdamW only: p *= 1 - lr * weight_decay             (decoupled decay, applied first)
+//   Adam only:  g += weight_decay * p                  (L2 penalty; 0 by default)
+//   m = beta1 * m + (1 - beta1) * g
+//   v = beta2 * v + (1 - beta2) * g^2
+//   p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+// with t the 1-based step. Slots: "m" and "v".
+#pragma once
+
+#include "train/optimizer.h"
+
+namespace strata::optim {
+
+struct AdamOptions {
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double epsilon = 1e-8;
+  double weight_decay = 0.0;  // Adam: L2 added to the gradient
+  double global_clipnorm = 0.0;
+};
+
+struct AdamWOptions {
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double epsilon = 1e-8;
+  double weight_decay = 0.01;  // decoupled, PyTorch's default
+  double global_clipnorm = 0.0;
+};
+
+class AdamImpl : public OptimizerImpl {
+ public:
+  AdamImpl(std::string name, LearningRate learning_rate, AdamOptions options, bool decoupled);
+  std::vector<std::string> slot_names() const override { return {"m", "v"}; }
+  void update(const Tensor& param, const Tensor& grad, std::span<const Tensor> slots,
+              const UpdateContext& ctx) const override;
+  const AdamOptions& options() const { return options_; }
+  bool decoupled_weight_decay() const { return decoupled_; }
+
+ private:
+  AdamOptions options_;
+  bool decoupled_;
+};
+
+class Adam : public Optimizer {
+ public:
+  explicit Adam(LearningRate learning_rate = 0.001, AdamOptions options = {});
+};
+
+class AdamW : public Optimizer {
+ public:
+  explicit AdamW(LearningRate learning_rate = 0.001, AdamWOptions options = {});
+};
+
+}  // namespace strata::optim

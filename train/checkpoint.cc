@@ -1,0 +1,255 @@
+#include "train/checkpoint.h"
+
+#include <set>
+#include <unordered_map>
+
+#include "autograd/tape.h"
+#include "core/error.h"
+#include "train/checkpoint_file.h"
+
+namespace strata::train {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+constexpr const char* kSlotMarker = "/.OPTIMIZER_SLOT/";
+
+const char* object_kind(const Trackable::Object& o) {
+  switch (o.index()) {
+    case 0: return "module";
+    case 1: return "optimizer";
+    case 2: return "metric";
+    case 3: return "variable";
+    default: return "extra";
+  }
+}
+
+// The variables of the tracked objects, by object path, except optimizer slots (which
+// are named after the variables they belong to).
+struct ObjectGraph {
+  std::map<std::string, Variable> by_path;
+  // Module variables in traversal order with their first path: what slots are named after.
+  std::vector<std::pair<std::string, Variable>> module_variables;
+  std::vector<std::pair<std::string, optim::Optimizer>> optimizers;
+  std::vector<std::pair<std::string, ExtraState>> extras;
+
+  void add(const std::string& path, const Variable& v) {
+    STRATA_CHECK(v.defined(), "Checkpoint: the variable at '", path, "' is undefined");
+    STRATA_CHECK(by_path.emplace(path, v).second, "Checkpoint: two tracked variables map to the path '",
+                 path, "'");
+  }
+};
+
+ObjectGraph collect(const std::vector<std::pair<std::string, Trackable>>& objects) {
+  ObjectGraph g;
+  std::set<const autograd::VariableImpl*> in_modules;
+  for (const auto& [name, t] : objects) {
+    const auto& o = t.object();
+    if (auto* m = std::get_if<nn::AnyModule>(&o)) {
+      for (auto& nv : m->named_variables(name)) {
+        g.add(nv.path, nv.variable);
+        if (in_modules.insert(nv.variable.impl_ptr().get()).second)
+          g.module_variables.emplace_back(nv.path, nv.variable);
+      }
+    } else if (auto* opt = std::get_if<optim::Optimizer>(&o)) {
+      g.add(name + "/iterations", opt->iterations());
+      g.optimizers.emplace_back(name, *opt);
+    } else if (auto* metric = std::get_if<metrics::Metric>(&o)) {
+      for (const auto& [state, v] : metric->variables()) g.add(name + "/" + state, v);
+    } else if (auto* v = std::get_if<Variable>(&o)) {
+      g.add(name, *v);
+    } else {
+      g.extras.emplace_back(name, std::get<ExtraState>(o));
+    }
+  }
+  return g;
+}
+
+std::string slot_path(const std::string& var_path, const std::string& optimizer,
+                      const std::string& slot) {
+  return var_path + kSlotMarker + optimizer + "/" + slot;
+}
+
+void check_name(const std::string& name) {
+  STRATA_CHECK(!name.empty(), "Checkpoint::track: object names must not be empty");
+  STRATA_CHECK(name.find('/') == std::string::npos, "Checkpoint::track: object name '", name,
+               "' must not contain '/'");
+  STRATA_CHECK(name[0] != '.', "Checkpoint::track: object name '", name,
+               "' must not start with '.' (reserved)");
+}
+
+}  // namespace
+
+ExtraState iterator_state(data::Iterator& iterator) {
+  data::Iterator* it = &iterator;
+  ExtraState e;
+  e.save = [it] { return json(it->save().to_string()); };
+  e.validate = [](const json& j) {
+    STRATA_CHECK(j.is_string(), "iterator state: expected a string, got ", j.dump());
+    data::IteratorState::from_string(j.get<std::string>());
+  };
+  e.restore = [it](const json& j) {
+    it->restore(data::IteratorState::from_string(j.get<std::string>()));
+  };
+  return e;
+}
+
+Checkpoint::Checkpoint(std::initializer_list<std::pair<std::string, Trackable>> objects) {
+  for (const auto& [name, object] : objects) track(name, object);
+}
+
+Checkpoint& Checkpoint::track(const std::string& name, Trackable object) {
+  check_name(name);
+  for (const auto& [n, o] : objects_)
+    STRATA_CHECK(n != name, "Checkpoint::track: an object named '", name, "' is already tracked");
+  const auto& o = object.object();
+  if (auto* m = std::get_if<nn::AnyModule>(&o))
+    STRATA_CHECK(m->defined(), "Checkpoint::track: module '", name, "' is an empty handle");
+  if (auto* opt = std::get_if<optim::Optimizer>(&o))
+    STRATA_CHECK(opt->defined(), "Checkpoint::track: optimizer '", name, "' is an empty handle");
+  if (auto* metric = std::get_if<metrics::Metric>(&o))
+    STRATA_CHECK(metric->defined(), "Checkpoint::track: metric '", name, "' is an empty handle");
+  if (auto* v = std::get_if<Variable>(&o))
+    STRATA_CHECK(v->defined(), "Checkpoint::track: variable '", name, "' is undefined");
+  if (auto* e = std::get_if<ExtraState>(&o))
+    STRATA_CHECK(e->save && e->restore, "Checkpoint::track: extra state '", name,
+                 "' needs both save and restore functions");
+  objects_.emplace_back(name, std::move(object));
+  return *this;
+}
+
+std::map<std::string, Variable> Checkpoint::variables_by_path() const {
+  ObjectGraph g = collect(objects_);
+  std::map<std::string, Variable> out = g.by_path;
+  std::unordered_map<const autograd::VariableImpl*, std::string> path_of;
+  for (const auto& [path, v] : g.module_variables) path_of.emplace(v.impl_ptr().get(), path);
+  for (const auto& [name, opt] : g.optimizers) {
+    const auto slot_names = opt.slot_names();
+    for (const auto& [var, slots] : opt.all_slots()) {
+      auto it = path_of.find(var.impl_ptr().get());
+      if (it == path_of.end()) continue;  // untracked variable: its slots are not saved
+      for (size_t k = 0; k < slots.size(); ++k) {
+        const std::string path = slot_path(it->second, name, slot_names[k]);
+        STRATA_CHECK(out.emplace(path, slots[k]).second, "Checkpoint: two tracked variables map to '",
+                     path, "'");
+      }
+    }
+  }
+  return out;
+}
+
+void Checkpoint::save(const fs::path& prefix, std::optional<int64_t> step) const {
+  STRATA_CHECK(!prefix.empty(), "Checkpoint::save: empty prefix");
+  autograd::StopRecording no_tape;
+  std::map<std::string, Tensor> tensors;
+  for (const auto& [path, v] : variables_by_path()) tensors.emplace(path, v.impl().checkpoint_value());
+  json metadata = json::object();
+  if (step) metadata["step"] = *step;
+  json objects = json::object();
+  json extra = json::object();
+  for (const auto& [name, t] : objects_) {
+    objects[name] = object_kind(t.object());
+    if (auto* e = std::get_if<ExtraState>(&t.object())) extra[name] = e->save();
+  }
+  metadata["objects"] = objects;
+  metadata["extra"] = extra;
+  if (prefix.has_parent_path()) fs::create_directories(prefix.parent_path());
+  save_tensors(prefix, tensors, metadata);
+}
+
+RestoreStatus Checkpoint::restore(const fs::path& prefix) const {
+  // ---- load and verify the files (throws naming the file) ----
+  TensorCheckpoint ck = load_tensors(prefix);
+  const std::string file = checkpoint_manifest_path(prefix).string();
+  std::set<std::string> consumed;
+
+  auto tensor_for = [&](const std::string& path, const Variable& v) -> const Tensor& {
+    auto it = ck.tensors.find(path);
+    STRATA_CHECK(it != ck.tensors.end(), "Checkpoint::restore: ", file, ": missing variable '",
+                 path, "' (", dtype_name(v.dtype()), " ", shape_str(v.shape()), ")");
+    STRATA_CHECK(it->second.dtype() == v.dtype(), "Checkpoint::restore: ", file, ": variable '",
+                 path, "' has dtype ", dtype_name(it->second.dtype()),
+                 " in the checkpoint but ", dtype_name(v.dtype()), " in the program");
+    STRATA_CHECK(it->second.shape() == v.shape(), "Checkpoint::restore: ", file, ": variable '",
+                 path, "' has shape ", shape_str(it->second.shape()),
+                 " in the checkpoint but ", shape_str(v.shape()), " in the program");
+    consumed.insert(path);
+    return it->second;
+  };
+
+  // ---- validate everything, changing nothing ----
+  ObjectGraph g = collect(objects_);
+  std::vector<std::pair<Variable, Tensor>> assignments;
+  for (const auto& [path, v] : g.by_path) assignments.emplace_back(v, tensor_for(path, v));
+
+  struct SlotPlan {
+    optim::Optimizer optimizer;
+    Variable variable;
+    std::vector<Tensor> values;  // empty: drop the variable's slots
+  };
+  std::vector<SlotPlan> slot_plans;
+  for (const auto& [name, opt] : g.optimizers) {
+    const auto slot_names = opt.slot_names();
+    if (slot_names.empty()) continue;
+    for (const auto& [path, var] : g.module_variables) {
+      std::vector<std::string> present, missing;
+      for (const auto& s : slot_names)
+        (ck.tensors.count(slot_path(path, name, s)) ? present : missing).push_back(s);
+      SlotPlan plan{opt, var, {}};
+      if (!present.empty()) {
+        STRATA_CHECK(missing.empty(), "Checkpoint::restore: ", file, ": missing variable '",
+                     slot_path(path, name, missing[0]), "' (the other slots of '", path,
+                     "' are present)");
+        for (const auto& s : slot_names) plan.values.push_back(tensor_for(slot_path(path, name, s), var));
+      }
+      slot_plans.push_back(std::move(plan));
+    }
+  }
+
+  const json extras = ck.metadata.is_object() && ck.metadata.contains("extra")
+                          ? ck.metadata["extra"]
+                          : json::object();
+  STRATA_CHECK(extras.is_object(), "Checkpoint::restore: ", file,
+               ": metadata 'extra' is not a JSON object");
+  for (const auto& [name, e] : g.extras) {
+    STRATA_CHECK(extras.contains(name), "Checkpoint::restore: ", file, ": missing extra state '",
+                 name, "'");
+    if (e.validate) {
+      try {
+        e.validate(extras[name]);
+      } catch (const std::exception& ex) {
+        fail("Checkpoint::restore: ", file, ": extra state '", name, "' is invalid: ", ex.what());
+      }
+    }
+  }
+
+  // ---- commit: extra states first (they may still refuse), then the variables ----
+  for (const auto& [name, e] : g.extras) {
+    try {
+      e.restore(extras[name]);
+    } catch (const std::exception& ex) {
+      fail("Checkpoint::restore: ", file, ": restoring extra state '", name, "' failed: ", ex.what());
+    }
+  }
+  autograd::StopRecording no_tape;
+  for (auto& plan : slot_plans) {
+    if (plan.values.empty()) {
+      plan.optimizer.drop_slots(plan.variable);
+      continue;
+    }
+    const auto slots = plan.optimizer.get_or_create_slots(plan.variable);
+    for (size_t k = 0; k < slots.size(); ++k) assignments.emplace_back(slots[k], plan.values[k]);
+  }
+  for (const auto& [v, t] : assignments) v.impl().restore_checkpoint_value(t);
+
+  RestoreStatus status;
+  status.prefix = prefix;
+  status.step = ck.step;
+  for (const auto& [name, t] : ck.tensors)
+    if (!consumed.count(name)) status.unused.push_back(name);
+  return status;
+}
+
+}  // namespace strata::train

@@ -1,0 +1,169 @@
+// Checkpoint and CheckpointManager.
+//
+// Checkpoint: saves and restores a set of named objects — modules, optimizers, metrics,
+// single variables and opaque "extra state" such as a dataset iterator's position — by
+// object path (tf.train.Checkpoint), through the safetensors + manifest files of
+// train/checkpoint_file.h.
+//
+//   train::Checkpoint ckpt{{"model", model}, {"optimizer", opt}, {"step", step},
+//                          {"train_iterator", train::iterator_state(it)}};
+//   ckpt.save(dir / "ckpt-100", 100);
+//   ckpt.restore(dir / "ckpt-100");
+//
+// Object paths (the tensor names in the file):
+//   module variables    <name>/<structural path>            model/dense_1/kernel
+//   metric state        <name>/<state>                      train_loss/total
+//   a Variable          <name>                              step
+//   optimizer counter   <name>/iterations                   optimizer/iterations
+//   optimizer slots     <variable path>/.OPTIMIZER_SLOT/<optimizer name>/<slot>
+//                                       model/dense/kernel/.OPTIMIZER_SLOT/optimizer/m
+// Slots are saved for the variables reachable from a tracked module (as in TensorFlow,
+// slots of untracked variables are not saved). Extra state is stored as JSON in the
+// manifest's metadata under "extra".
+//
+// Variables are saved with var.impl().checkpoint_value() (the aggregate of a sync-on-read
+// variable) and restored with var.impl().restore_checkpoint_value(), so a checkpoint
+// restores under any strategy, replica count or device.
+//
+// restore() is all or nothing: it loads and verifies the whole file (checksums,
+// structure), then checks that every live variable has a tensor of its exact shape and
+// dtype and that every extra state is present and valid, and only then changes anything;
+// each failure is a strata::Error naming the variable and the file. Afterwards the
+// optimizers hold exactly the saved slots: slots missing from the file are dropped (they
+// restart from zero, as they would have), slots in the file are created when missing.
+#pragma once
+
+#include <filesystem>
+#include <functional>
+#include <initializer_list>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "autograd/variable.h"
+#include "data/dataset.h"
+#include "train/metrics.h"
+#include "train/nn/module.h"
+#include "train/optimizer.h"
+
+namespace strata::train {
+
+// State saved as JSON beside the tensors: save() produces it; restore() receives exactly
+// what save() produced. validate (optional) throws when a saved value cannot be restored;
+// it runs before anything is changed. restore may still throw (then variables are
+// untouched, since extra states are restored before any variable).
+struct ExtraState {
+  std::function<nlohmann::json()> save;
+  std::function<void(const nlohmann::json&)> restore;
+  std::function<void(const nlohmann::json&)> validate;
+};
+
+// Saves a dataset iterator's position (data::IteratorState) as extra state. The iterator
+// must outlive the checkpoint.
+ExtraState iterator_state(data::Iterator& iterator);
+
+// Anything a Checkpoint can track.
+class Trackable {
+ public:
+  Trackable(const nn::AnyModule& module) : object_(module) {}          // NOLINT
+  Trackable(const optim::Optimizer& optimizer) : object_(optimizer) {} // NOLINT
+  Trackable(const metrics::Metric& metric) : object_(metric) {}        // NOLINT
+  Trackable(const Variable& variable) : object_(variable) {}           // NOLINT
+  Trackable(ExtraState extra) : object_(std::move(extra)) {}           // NOLINT
+
+  using Object = std::variant<nn::AnyModule, optim::Optimizer, metrics::Metric, Variable, ExtraState>;
+  const Object& object() const { return object_; }
+
+ private:
+  Object object_;
+};
+
+struct RestoreStatus {
+  std::filesystem::path prefix;
+  std::optional<int64_t> step;      // the step recorded when it was saved
+  std::vector<std::string> unused;  // tensors in the file that no tracked object claimed
+};
+
+class Checkpoint {
+ public:
+  Checkpoint() = default;
+  Checkpoint(std::initializer_list<std::pair<std::string, Trackable>> objects);
+
+  // Tracks `object` under `name` (non-empty, no '/', unique in this checkpoint).
+  Checkpoint& track(const std::string& name, Trackable object);
+
+  // Every variable a save writes, by object path (sorted by path).
+  std::map<std::string, Variable> variables_by_path() const;
+
+  // Writes the checkpoint under `prefix` (creating its directory): <prefix>.safetensors
+  // and <prefix>.manifest.json. `step` is recorded in the manifest.
+  void save(const std::filesystem::path& prefix, std::optional<int64_t> step = std::nullopt) const;
+  // Restores every tracked object from `prefix`, all or nothing (see above).
+  RestoreStatus restore(const std::filesystem::path& prefix) const;
+
+  const std::vector<std::pair<std::string, Trackable>>& objects() const { return objects_; }
+
+ private:
+  std::vector<std::pair<std::string, Trackable>> objects_;
+};
+
+// CheckpointManager: numbered checkpoints of one Checkpoint in a directory
+// (tf.train.CheckpointManager).
+//
+// Checkpoints are named <directory>/<checkpoint_name>-<step> ("ckpt-300"); the manager
+// keeps the newest max_to_keep (by step; 0 keeps all) and deletes older ones. After every
+// save a small JSON index file <directory>/checkpoint lists the kept checkpoints and the
+// latest, written atomically. The set of checkpoints is read back from the directory (the
+// index, plus any committed ckpt-<N> it does not list yet — a crash between writing a
+// checkpoint and its index entry loses nothing), so a manager over an existing directory,
+// or another process watching it, sees every checkpoint.
+class CheckpointManager {
+ public:
+  // checkpoint_interval > 0: save() without force skips steps fewer than this many after
+  // the last saved (or latest existing) checkpoint. step_counter (an int64 scalar
+  // variable) supplies the step when save() is not given one. init_fn runs when
+  // restore_or_initialize() finds no checkpoint.
+  CheckpointManager(Checkpoint checkpoint, std::filesystem::path directory, int max_to_keep,
+                    int64_t checkpoint_interval = 0, Variable step_counter = Variable(),
+                    std::function<void()> init_fn = {}, std::string checkpoint_name = "ckpt");
+
+  // Saves <name>-<step> and returns its prefix, or "" when the interval says to skip. The
+  // step is `step`, else the step counter's value, else one more than the latest
+  // checkpoint's step (1 for the first).
+  std::string save(std::optional<int64_t> step = std::nullopt, bool force = false);
+  // The newest committed checkpoint's prefix (read from the directory each time).
+  std::optional<std::string> latest_checkpoint() const;
+  // Every committed checkpoint's prefix, oldest (lowest step) first.
+  std::vector<std::string> checkpoints() const;
+  // Restores the latest checkpoint and returns its prefix, or runs init_fn and returns "".
+  std::string restore_or_initialize();
+  // Restores a given checkpoint prefix.
+  RestoreStatus restore(const std::string& prefix);
+
+  const std::filesystem::path& directory() const { return directory_; }
+  std::filesystem::path index_path() const { return directory_ / "checkpoint"; }
+  Checkpoint& checkpoint() { return checkpoint_; }
+  // The step of the last checkpoint saved or restored by this manager (or found at start).
+  std::optional<int64_t> last_checkpoint_step() const { return last_step_; }
+
+ private:
+  // (step, prefix) of every committed checkpoint, sorted by step.
+  std::vector<std::pair<int64_t, std::string>> scan() const;
+  void write_index(const std::vector<std::pair<int64_t, std::string>>& kept) const;
+
+  Checkpoint checkpoint_;
+  std::filesystem::path directory_;
+  int max_to_keep_;
+  int64_t checkpoint_interval_;
+  Variable step_counter_;
+  std::function<void()> init_fn_;
+  std::string name_;
+  std::optional<int64_t> last_step_;
+};
+
+}  // namespace strata::train

@@ -1,0 +1,25 @@
+#include "train/nn/activations.h"
+
+#include "core/ops.h"
+
+namespace strata::nn {
+
+ReLU::ReLU()
+    : ModuleHolder(std::make_shared<ActivationImpl>("re_lu", [](const Tensor& x) { return relu(x); })) {}
+
+GELU::GELU(bool approximate)
+    : ModuleHolder(std::make_shared<ActivationImpl>(
+          "gelu", [approximate](const Tensor& x) { return gelu(x, approximate); })) {}
+
+Tanh::Tanh()
+    : ModuleHolder(std::make_shared<ActivationImpl>("tanh", [](const Tensor& x) { return tanh(x); })) {}
+
+Sigmoid::Sigmoid()
+    : ModuleHolder(
+          std::make_shared<ActivationImpl>("sigmoid", [](const Tensor& x) { return sigmoid(x); })) {}
+
+Softmax::Softmax(int64_t axis)
+    : ModuleHolder(std::make_shared<ActivationImpl>(
+          "softmax", [axis](const Tensor& x) { return softmax(x, axis); })) {}
+
+}  // namespace strata::nn

@@ -1,0 +1,41 @@
+// Dense: y = x @ kernel + bias over the last axis of x (Keras's Dense, with the number of
+// input features given up front so that variables exist as soon as the layer does, inside
+// whichever strategy scope is active).
+#pragma once
+
+#include <cstdint>
+
+#include "train/nn/module.h"
+
+namespace strata::nn {
+
+struct DenseOptions {
+  bool use_bias = true;
+  DType dtype = kFloat32;
+  Initializer kernel_initializer = glorot_uniform();
+  Initializer bias_initializer = zeros_initializer();
+};
+
+class DenseImpl : public Module {
+ public:
+  DenseImpl(int64_t in_features, int64_t units, DenseOptions options = {});
+  // x: [..., in_features] -> [..., units].
+  Tensor forward(const Tensor& x) override;
+
+  int64_t in_features() const { return in_features_; }
+  int64_t units() const { return units_; }
+  const Variable& kernel() const { return kernel_; }  // [in_features, units]
+  const Variable& bias() const { return bias_; }      // [units]; undefined without bias
+
+ private:
+  int64_t in_features_, units_;
+  Variable kernel_, bias_;
+};
+
+class Dense : public ModuleHolder<DenseImpl> {
+ public:
+  Dense() = default;
+  Dense(int64_t in_features, int64_t units, DenseOptions options = {});
+};
+
+}  // namespace strata::nn

@@ -1,0 +1,112 @@
+#include "train/nn/module.h"
+
+#include <unordered_set>
+
+#include "core/error.h"
+
+namespace strata::nn {
+
+Module::Module(std::string kind) : kind_(std::move(kind)) {}
+
+Tensor Module::forward(const Tensor&) {
+  fail("nn::Module '", kind_, "': this module has no single-input forward()");
+}
+
+void Module::check_new_name(const std::string& name, const char* what) const {
+  STRATA_CHECK(!name.empty(), "nn::", kind_, ": ", what, " name must not be empty");
+  STRATA_CHECK(name.find('/') == std::string::npos, "nn::", kind_, ": ", what, " name '", name,
+               "' must not contain '/' (object paths are built from names)");
+  for (const auto& [n, v] : variables_)
+    STRATA_CHECK(n != name, "nn::", kind_, ": a variable named '", name, "' already exists");
+  for (const auto& [n, m] : children_)
+    STRATA_CHECK(n != name, "nn::", kind_, ": a submodule named '", name, "' already exists");
+}
+
+Variable Module::register_variable(const std::string& name, Variable variable) {
+  check_new_name(name, "variable");
+  STRATA_CHECK(variable.defined(), "nn::", kind_, ": variable '", name, "' is undefined");
+  variables_.emplace_back(name, variable);
+  return variable;
+}
+
+Variable Module::add_weight(const std::string& name, const Shape& shape, DType dtype,
+                            const Initializer& init, autograd::VariableOptions options) {
+  check_new_name(name, "variable");
+  STRATA_CHECK(bool(init), "nn::", kind_, ": variable '", name, "' has no initializer");
+  Tensor initial = init(shape, dtype);
+  STRATA_CHECK(initial.defined() && initial.shape() == shape && initial.dtype() == dtype, "nn::",
+               kind_, ": the initializer of '", name, "' returned ",
+               initial.defined() ? shape_str(initial.shape()) : std::string("undefined"),
+               " (expected ", shape_str(shape), " ", dtype_name(dtype), ")");
+  if (options.name.empty() || options.name == "Variable") options.name = kind_ + "/" + name;
+  return register_variable(name, Variable(initial, std::move(options)));
+}
+
+void Module::register_module(const std::string& name, std::shared_ptr<Module> module) {
+  check_new_name(name, "submodule");
+  STRATA_CHECK(module != nullptr, "nn::", kind_, ": submodule '", name, "' is empty");
+  STRATA_CHECK(module.get() != this, "nn::", kind_, ": a module cannot contain itself");
+  children_.emplace_back(name, std::move(module));
+}
+
+void Module::set_training(bool training) {
+  // Iterative walk with a visited set: shared submodules are visited once.
+  std::unordered_set<const Module*> seen;
+  std::vector<Module*> stack{this};
+  while (!stack.empty()) {
+    Module* m = stack.back();
+    stack.pop_back();
+    if (!seen.insert(m).second) continue;
+    m->training_ = training;
+    for (auto& [name, child] : m->children_) stack.push_back(child.get());
+  }
+}
+
+namespace {
+
+void collect(const Module& m, const std::string& prefix, std::unordered_set<const Module*>& seen,
+             std::unordered_set<const autograd::VariableImpl*>& seen_vars,
+             std::vector<NamedVariable>& out) {
+  if (!seen.insert(&m).second) return;
+  const std::string base = prefix.empty() ? prefix : prefix + "/";
+  for (const auto& [name, v] : m.own_variables())
+    if (seen_vars.insert(v.impl_ptr().get()).second) out.push_back({base + name, v});
+  for (const auto& [name, child] : m.children()) collect(*child, base + name, seen, seen_vars, out);
+}
+
+}  // namespace
+
+std::vector<NamedVariable> Module::named_variables(const std::string& prefix) const {
+  std::unordered_set<const Module*> seen;
+  std::unordered_set<const autograd::VariableImpl*> seen_vars;
+  std::vector<NamedVariable> out;
+  collect(*this, prefix, seen, seen_vars, out);
+  return out;
+}
+
+std::vector<Variable> Module::variables() const {
+  std::vector<Variable> out;
+  for (auto& nv : named_variables()) out.push_back(nv.variable);
+  return out;
+}
+
+std::vector<Variable> Module::trainable_variables() const {
+  std::vector<Variable> out;
+  for (auto& nv : named_variables())
+    if (nv.variable.trainable()) out.push_back(nv.variable);
+  return out;
+}
+
+std::vector<Variable> Module::non_trainable_variables() const {
+  std::vector<Variable> out;
+  for (auto& nv : named_variables())
+    if (!nv.variable.trainable()) out.push_back(nv.variable);
+  return out;
+}
+
+Module& AnyModule::module() const {
+  STRATA_CHECK(module_ != nullptr, "nn: use of an empty module handle (default-constructed layer)");
+  return *module_;
+}
+
+}  // namespace strata::nn

@@ -1,0 +1,135 @@
+// Module: the base of every layer — named variables, named submodules, a training flag,
+// and a structural object path for every variable (Keras's Layer / torch::nn::Module).
+//
+// Layers are used through cheap, copyable handles (AnyModule, ModuleHolder<Impl>) that
+// share one Module, the way libtorch's ModuleHolder does, so that
+//
+//   nn::Sequential model;
+//   model = nn::Sequential{nn::Dense(784, 256), nn::ReLU(), nn::Dense(256, 10)};
+//   Tensor logits = model(x);
+//
+// works and copies of `model` alias the same variables.
+//
+// Object paths are structural: a variable's path is its owners' names from the root down,
+// then its own name ("dense_1/kernel"; a checkpoint prefixes the tracked object's name:
+// "model/dense_1/kernel"). They never depend on the order in which layers or variables
+// were created, so a checkpoint restores into a model built in a different order.
+//
+// Variables are created with autograd::Variable(initial, options), i.e. through the
+// current variable creator: inside a strategy's scope they become distributed variables.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "autograd/variable.h"
+#include "core/tensor.h"
+#include "train/nn/initializers.h"
+
+namespace strata::nn {
+
+struct NamedVariable {
+  std::string path;  // structural object path, e.g. "dense_1/kernel"
+  Variable variable;
+};
+
+class Module : public std::enable_shared_from_this<Module> {
+ public:
+  // `kind` is the snake_case layer kind ("dense", "conv2d", ...): the default name a
+  // Sequential gives the module.
+  explicit Module(std::string kind);
+  virtual ~Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  // The layer's computation. The default throws: containers without a single-input
+  // forward (user modules with several inputs) define their own call methods.
+  virtual Tensor forward(const Tensor& x);
+
+  const std::string& kind() const { return kind_; }
+
+  // Every variable reachable from this module, each once (a variable or module shared by
+  // two owners is listed under the first path found), in registration order: this
+  // module's own variables first, then each submodule's. Paths are "prefix/child/name"
+  // (no leading '/' when prefix is empty).
+  std::vector<NamedVariable> named_variables(const std::string& prefix = "") const;
+  std::vector<Variable> variables() const;
+  std::vector<Variable> trainable_variables() const;
+  std::vector<Variable> non_trainable_variables() const;
+
+  // This module's own variables and direct submodules, in registration order.
+  const std::vector<std::pair<std::string, Variable>>& own_variables() const { return variables_; }
+  const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& children() const {
+    return children_;
+  }
+
+  // The training flag (true by default, as in PyTorch): Dropout drops and
+  // BatchNormalization uses batch statistics only while it is set. Setting it applies to
+  // every submodule.
+  bool training() const { return training_; }
+  void set_training(bool training);
+
+ protected:
+  // Registers a variable under `name` (unique within this module, no '/').
+  Variable register_variable(const std::string& name, Variable variable);
+  // Creates a variable of `shape` and `dtype` initialised by `init` and registers it.
+  // options.name defaults to "<kind>/<name>".
+  Variable add_weight(const std::string& name, const Shape& shape, DType dtype,
+                      const Initializer& init, autograd::VariableOptions options = {});
+  // Registers a submodule under `name` (unique within this module, no '/').
+  void register_module(const std::string& name, std::shared_ptr<Module> module);
+  // Removes every registered submodule (Sequential rebuilding its list).
+  void clear_modules() { children_.clear(); }
+
+ private:
+  void check_new_name(const std::string& name, const char* what) const;
+
+  std::string kind_;
+  bool training_ = true;
+  std::vector<std::pair<std::string, Variable>> variables_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+};
+
+// A type-erased handle on any module (what Sequential holds).
+class AnyModule {
+ public:
+  AnyModule() = default;
+  AnyModule(std::shared_ptr<Module> module) : module_(std::move(module)) {}  // NOLINT
+
+  // Runs the module's forward.
+  Tensor operator()(const Tensor& x) const { return module().forward(x); }
+
+  std::vector<NamedVariable> named_variables(const std::string& prefix = "") const {
+    return module().named_variables(prefix);
+  }
+  std::vector<Variable> variables() const { return module().variables(); }
+  std::vector<Variable> trainable_variables() const { return module().trainable_variables(); }
+  std::vector<Variable> non_trainable_variables() const {
+    return module().non_trainable_variables();
+  }
+  bool training() const { return module().training(); }
+  void set_training(bool training) const { module().set_training(training); }
+
+  bool defined() const { return module_ != nullptr; }
+  Module& module() const;
+  const std::shared_ptr<Module>& ptr() const { return module_; }
+
+ private:
+  std::shared_ptr<Module> module_;
+};
+
+// A typed handle on a module of type Impl: impl() / operator-> reach layer-specific state.
+template <typename Impl>
+class ModuleHolder : public AnyModule {
+ public:
+  ModuleHolder() = default;  // empty: calling it throws
+  explicit ModuleHolder(std::shared_ptr<Impl> impl) : AnyModule(std::move(impl)) {}
+
+  Impl& impl() const { return static_cast<Impl&>(module()); }
+  Impl* operator->() const { return &impl(); }
+  std::shared_ptr<Impl> impl_ptr() const { return std::static_pointer_cast<Impl>(ptr()); }
+};
+
+}  // namespace strata::nn

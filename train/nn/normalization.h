@@ -1,0 +1,84 @@
+// BatchNormalization and LayerNormalization (Keras semantics and defaults).
+//
+// BatchNormalization normalises over every axis but `axis` (the features, last by
+// default). While training it uses the batch's mean and (biased) variance and moves
+// moving_mean / moving_variance towards them: moving -= (moving - batch) * (1 - momentum).
+// In inference it uses the moving averages. The moving statistics are non-trainable,
+// sync-on-read variables aggregated by mean, as in Keras, so under a strategy each replica
+// keeps its own and reading them in cross-replica context averages the replicas.
+#pragma once
+
+#include <cstdint>
+
+#include "train/nn/module.h"
+
+namespace strata::nn {
+
+struct BatchNormalizationOptions {
+  int64_t axis = -1;
+  double momentum = 0.99;
+  double epsilon = 1e-3;
+  bool center = true;  // learn beta
+  bool scale = true;   // learn gamma
+  DType dtype = kFloat32;
+  Initializer beta_initializer = zeros_initializer();
+  Initializer gamma_initializer = ones_initializer();
+  Initializer moving_mean_initializer = zeros_initializer();
+  Initializer moving_variance_initializer = ones_initializer();
+};
+
+class BatchNormalizationImpl : public Module {
+ public:
+  BatchNormalizationImpl(int64_t num_features, BatchNormalizationOptions options = {});
+  Tensor forward(const Tensor& x) override;
+
+  const Variable& gamma() const { return gamma_; }  // undefined without scale
+  const Variable& beta() const { return beta_; }    // undefined without center
+  const Variable& moving_mean() const { return moving_mean_; }
+  const Variable& moving_variance() const { return moving_variance_; }
+
+ private:
+  int64_t num_features_;
+  BatchNormalizationOptions options_;
+  Variable gamma_, beta_, moving_mean_, moving_variance_;
+};
+
+class BatchNormalization : public ModuleHolder<BatchNormalizationImpl> {
+ public:
+  BatchNormalization() = default;
+  explicit BatchNormalization(int64_t num_features, BatchNormalizationOptions options = {})
+      : ModuleHolder(std::make_shared<BatchNormalizationImpl>(num_features, std::move(options))) {}
+};
+
+// Normalises each example over its last axis, then applies gamma and beta ([dim] each).
+struct LayerNormalizationOptions {
+  double epsilon = 1e-3;
+  bool center = true;
+  bool scale = true;
+  DType dtype = kFloat32;
+  Initializer beta_initializer = zeros_initializer();
+  Initializer gamma_initializer = ones_initializer();
+};
+
+class LayerNormalizationImpl : public Module {
+ public:
+  LayerNormalizationImpl(int64_t dim, LayerNormalizationOptions options = {});
+  Tensor forward(const Tensor& x) override;
+
+  const Variable& gamma() const { return gamma_; }
+  const Variable& beta() const { return beta_; }
+
+ private:
+  int64_t dim_;
+  LayerNormalizationOptions options_;
+  Variable gamma_, beta_;
+};
+
+class LayerNormalization : public ModuleHolder<LayerNormalizationImpl> {
+ public:
+  LayerNormalization() = default;
+  explicit LayerNormalization(int64_t dim, LayerNormalizationOptions options = {})
+      : ModuleHolder(std::make_shared<LayerNormalizationImpl>(dim, std::move(options))) {}
+};
+
+}  // namespace strata::nn

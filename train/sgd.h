@@ -1,0 +1,36 @@
+// SGD with momentum, Nesterov momentum and (L2) weight decay — PyTorch's torch.optim.SGD
+// update rule with dampening 0:
+//   g += weight_decay * p
+//   b = momentum * b + g            (b starts at 0, so b = g on the first step)
+//   p -= lr * (nesterov ? g + momentum * b : b)     (p -= lr * g without momentum)
+#pragma once
+
+#include "train/optimizer.h"
+
+namespace strata::optim {
+
+struct SGDOptions {
+  double momentum = 0.0;
+  bool nesterov = false;
+  double weight_decay = 0.0;
+  double global_clipnorm = 0.0;  // 0: no clipping
+};
+
+class SGDImpl : public OptimizerImpl {
+ public:
+  SGDImpl(LearningRate learning_rate, SGDOptions options);
+  std::vector<std::string> slot_names() const override;
+  void update(const Tensor& param, const Tensor& grad, std::span<const Tensor> slots,
+              const UpdateContext& ctx) const override;
+  const SGDOptions& options() const { return options_; }
+
+ private:
+  SGDOptions options_;
+};
+
+class SGD : public Optimizer {
+ public:
+  explicit SGD(LearningRate learning_rate = 0.01, SGDOptions options = {});
+};
+
+}  // namespace strata::optim
