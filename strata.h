@@ -13,6 +13,7 @@
 #include "distribute/make_strategy.h"
 #include "distribute/strategy.h"
 #include "train/checkpoint.h"
+#include "train/clip.h"
 #include "train/controller.h"
 #include "train/losses.h"
 #include "train/metrics.h"

@@ -8,6 +8,7 @@
 
 #include "core/dispatch.h"
 #include "core/ops.h"
+#include "core/recorder.h"
 
 namespace strata {
 
@@ -102,6 +103,9 @@ Tensor Tensor::contiguous() const { return strata::contiguous(*this); }
 Tensor Tensor::clone() const {
   Tensor out = Tensor::empty(shape(), dtype(), device());
   out.copy_(*this);
+  // Recorded as a copy so that gradients flow through clones (copy_ itself is not taped).
+  const Tensor in[1] = {*this}, outs[1] = {out};
+  record_op(OpId::Copy, OpAttrs{}, in, outs);
   return out;
 }
 Tensor Tensor::cast(DType t) const { return strata::cast(*this, t); }
@@ -115,6 +119,9 @@ Tensor Tensor::to(Device target) const {
     Tensor out = Tensor::view_of(std::make_shared<Storage>(src.nbytes(), target), 0, shape(),
                                  contiguous_strides(shape()), dtype());
     if (src.nbytes()) std::memcpy(out.raw_data(), src.raw_data(), src.nbytes());
+    // Recorded as a copy: gradients flow back across devices (mirrored replicas).
+    const Tensor in[1] = {*this}, outs[1] = {out};
+    record_op(OpId::Copy, OpAttrs{}, in, outs);
     return out;
   }
   fail("Tensor::to: cannot copy from ", device(), " to ", target,

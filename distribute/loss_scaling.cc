@@ -16,11 +16,11 @@ Tensor weighted(const Tensor& loss, const Tensor& sample_weight) {
   } else if (w.ndim() >= 1 && w.ndim() == loss.ndim() - 1) {
     w = expand_dims(w, -1);
   }
-  Tensor out = loss * w;
-  STRATA_CHECK(out.shape() == loss.shape(), "compute_average_loss: sample_weight of shape ",
-               shape_str(sample_weight.shape()), " does not broadcast to per_example_loss of shape ",
-               shape_str(loss.shape()));
-  return out;
+  bool fits = w.ndim() == 0 || w.ndim() == loss.ndim();
+  for (int64_t i = 0; fits && i < w.ndim(); ++i) fits = w.dim(i) == 1 || w.dim(i) == loss.dim(i);
+  STRATA_CHECK(fits, "compute_average_loss: sample_weight of shape ", shape_str(sample_weight.shape()),
+               " does not broadcast to per_example_loss of shape ", shape_str(loss.shape()));
+  return loss * w;
 }
 }  // namespace
 

@@ -126,11 +126,11 @@ void Strategy::check_run_allowed() const {
 
 void Strategy::run_replicas(const std::function<void(int)>& body) {
   check_run_allowed();
-  std::lock_guard<std::mutex> run_lock(run_mutex_);
   const int n = num_local_replicas();
   if (n == 1) {
     // One replica runs on the caller's thread, in replica context; its exceptions
-    // propagate unchanged.
+    // propagate unchanged. Nothing is shared between callers (the context's collectives
+    // are identities), so threads may run a single-replica strategy concurrently.
     StrategyScope scope(*this, StrategyScope::Unchecked{});
     struct ContextGuard {
       ReplicaContext* saved = detail::current_replica_context();
@@ -140,6 +140,7 @@ void Strategy::run_replicas(const std::function<void(int)>& body) {
     body(0);
     return;
   }
+  std::lock_guard<std::mutex> run_lock(run_mutex_);  // one multi-replica run at a time
   if (!threads_) {
     const int cores = ComputeSlot::capacity();
     threads_ = std::make_unique<ReplicaThreads>(n, [this, n, cores](int) -> std::shared_ptr<void> {

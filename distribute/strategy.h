@@ -36,16 +36,16 @@
 #include "data/input_context.h"
 #include "distribute/collective/communicator.h"
 #include "distribute/cross_device_ops.h"
+#include "distribute/distributed_dataset.h"
 #include "distribute/input_options.h"
+#include "distribute/local_replica_context.h"
 #include "distribute/replica_context.h"
 #include "distribute/values.h"
 
 namespace strata::distribute {
 
 class Strategy;
-class DistributedDataset;
 class ReplicaThreads;
-class LocalReplicaContext;
 class InProcessGroup;
 
 // RAII: makes a strategy current on this thread (variables created inside are created by
@@ -127,6 +127,7 @@ class Strategy {
   template <typename Fn, typename... Args>
   auto run(Fn&& fn, const Args&... args) {
     using R = std::decay_t<std::invoke_result_t<Fn&, decltype(select_replica(args, 0))...>>;
+    (check_run_argument(args), ...);
     if constexpr (std::is_void_v<R>) {
       run_replicas([&](int r) { fn(select_replica(args, r)...); });
     } else {
@@ -195,6 +196,14 @@ class Strategy {
   virtual std::shared_ptr<autograd::VariableImpl> create_variable(const Tensor& initial,
                                                                   const autograd::VariableOptions& options) = 0;
   void set_workers(int index, int count) { worker_index_ = index, num_workers_ = count; }
+  // A PerReplica argument of run() must have one value per local replica.
+  template <typename T>
+  void check_run_argument(const T& arg) const {
+    if constexpr (is_per_replica<T>::value) {
+      STRATA_CHECK(int(arg.size()) == num_local_replicas(), "Strategy::run: a PerReplica argument has ", arg.size(),
+                   " values but the '", name(), "' strategy has ", num_local_replicas(), " local replicas");
+    }
+  }
   void run_replicas(const std::function<void(int)>& body);
 
  private:

@@ -8,6 +8,7 @@ packages=(
   libeigen3-dev libopenblas-dev libopenblas0-pthread
   catch2 zlib1g-dev nlohmann-json3-dev libcli11-dev
   libgloo-dev
+  libzmq3-dev cppzmq-dev
   libprotobuf-dev protobuf-compiler
   python3-protobuf python3-crc32c python3-numpy
 )

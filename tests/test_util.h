@@ -33,8 +33,11 @@ inline bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, doubl
 
 }  // namespace strata::testing
 
+// Evaluates a and b once each (they may be calls with side effects, e.g. tape.gradient).
 #define REQUIRE_ALLCLOSE(a, b, ...)                                                     \
   do {                                                                                  \
-    INFO("got " << (a) << "\nwant " << (b));                                            \
-    REQUIRE(::strata::testing::allclose((a), (b) __VA_OPT__(, ) __VA_ARGS__));         \
+    const ::strata::Tensor strata_got_ = (a);                                           \
+    const ::strata::Tensor strata_want_ = (b);                                          \
+    INFO("got " << strata_got_ << "\nwant " << strata_want_);                           \
+    REQUIRE(::strata::testing::allclose(strata_got_, strata_want_ __VA_OPT__(, ) __VA_ARGS__)); \
   } while (0)

@@ -125,8 +125,10 @@ Tensor compute_weighted_loss(const Tensor& losses, const Tensor& sample_weight,
   if (sample_weight.defined()) {
     Tensor w = sample_weight.dtype() == losses.dtype() ? sample_weight
                                                        : cast(sample_weight, losses.dtype());
-    // Keras squeezes a trailing unit axis of the weights ([N, 1] against [N]).
+    // Keras (squeeze_or_expand_dimensions): a trailing unit axis of the weights is
+    // squeezed ([N, 1] against [N]); weights one rank short get a trailing axis.
     if (w.ndim() == losses.ndim() + 1 && w.dim(-1) == 1) w = w.squeeze(-1);
+    if (w.ndim() + 1 == losses.ndim()) w = w.expand_dims(-1);
     STRATA_CHECK(broadcast_shapes(w.shape(), losses.shape(), op) == losses.shape(), op,
                  ": sample_weight ", shape_str(sample_weight.shape()),
                  " does not broadcast to the losses ", shape_str(losses.shape()));

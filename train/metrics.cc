@@ -44,8 +44,11 @@ std::pair<Tensor, Tensor> weighted(const Tensor& values, const Tensor& sample_we
   Tensor v = values.dtype() == kFloat64 ? values : cast(values, kFloat64);
   if (!sample_weight.defined()) return {v, Tensor()};
   Tensor w = sample_weight.dtype() == kFloat64 ? sample_weight : cast(sample_weight, kFloat64);
-  // Keras squeezes a trailing unit axis of the weights, then broadcasts them to the values.
+  // Keras (squeeze_or_expand_dimensions): a trailing unit axis of the weights is
+  // squeezed, weights one rank short get a trailing axis (per-example weights), then they
+  // broadcast to the values.
   if (w.ndim() == v.ndim() + 1 && w.dim(-1) == 1) w = w.squeeze(-1);
+  if (w.ndim() + 1 == v.ndim()) w = w.expand_dims(-1);
   STRATA_CHECK(broadcast_shapes(w.shape(), v.shape(), "metrics") == v.shape(), "metrics::", metric,
                ".update_state: sample_weight ", shape_str(sample_weight.shape()),
                " does not broadcast to the values ", shape_str(values.shape()));

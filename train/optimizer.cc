@@ -5,6 +5,7 @@
 #include "autograd/tape.h"
 #include "core/ops.h"
 #include "distribute/replica_context.h"
+#include "distribute/strategy.h"
 #include "train/clip.h"
 
 namespace strata::optim {
@@ -58,9 +59,11 @@ std::vector<Variable> Optimizer::get_or_create_slots(const Variable& var) const 
     auto it = s.slots_.find(var.impl_ptr().get());
     if (it != s.slots_.end()) return it->second.slots;
   }
-  // Created without holding the lock: inside Strategy::run every replica gets here for the
-  // same variable, and a distributed variable's make_like is a collective (one replica
-  // creates, all receive the same variable), so the lock must not keep replicas out.
+  // Created without holding the lock: inside Strategy::run a distributed variable's
+  // make_like is a rendezvous that every local replica joins (the strategy builds the
+  // slot once and hands it to all), so replicas must not wait on each other here. No
+  // replica can find the slots inserted before it has joined that rendezvous itself, so
+  // every replica takes this path for the same variables in the same order.
   autograd::StopRecording no_tape;
   OptimizerImpl::SlotSet set;
   set.variable = var;
@@ -71,7 +74,6 @@ std::vector<Variable> Optimizer::get_or_create_slots(const Variable& var) const 
     set.slots.emplace_back(var.impl().make_like(zeros_like(var.value()), options));
   }
   std::lock_guard<std::mutex> lock(s.mu_);
-  // Another thread may have created them meanwhile (replicas receive the same objects).
   auto [it, inserted] = s.slots_.emplace(var.impl_ptr().get(), std::move(set));
   return it->second.slots;
 }
@@ -120,10 +122,15 @@ void Optimizer::apply_gradients(const std::vector<Tensor>& grads,
                  "::apply_gradients: gradient dtype ", grads[i].dtype(), " for variable '",
                  vars[i].name(), "' of dtype ", vars[i].dtype());
   }
+  STRATA_CHECK(!distribute::in_cross_replica_context(), "optim::", s.name(),
+               "::apply_gradients: cannot be called in cross-replica context (inside a "
+               "strategy's scope but outside Strategy::run); call it from the step function "
+               "passed to Strategy::run, as in TensorFlow");
   autograd::StopRecording no_tape;
+  distribute::ReplicaContext* ctx = distribute::get_replica_context();
 
   std::vector<Tensor> g = grads;
-  if (auto* ctx = distribute::get_replica_context(); ctx && ctx->num_replicas_in_sync() > 1) {
+  if (ctx && ctx->num_replicas_in_sync() > 1) {
     std::vector<size_t> defined;
     std::vector<Tensor> to_reduce;
     for (size_t i = 0; i < g.size(); ++i)
@@ -142,23 +149,50 @@ void Optimizer::apply_gradients(const std::vector<Tensor>& grads,
   }
   if (s.global_clipnorm_ > 0) g = clip_by_global_norm(g, s.global_clipnorm_).gradients;
 
-  Tensor iterations = s.iterations_.value();
-  const int64_t count = iterations.item<int64_t>();
-  UpdateContext ctx;
+  const int64_t count = s.iterations_.value().item<int64_t>();
+  UpdateContext uctx;
   {
     std::lock_guard<std::mutex> lock(s.mu_);
-    ctx.learning_rate = s.learning_rate_(count);
+    uctx.learning_rate = s.learning_rate_(count);
   }
-  ctx.step = count + 1;
-  for (size_t i = 0; i < vars.size(); ++i) {
-    if (!g[i].defined()) continue;
+  uctx.step = count + 1;
+
+  auto update_one = [&](size_t i) {
+    const Tensor param = vars[i].value();
+    Tensor grad = g[i];
+    if (grad.device() != param.device()) grad = grad.to(param.device());
     const std::vector<Variable> slot_vars = get_or_create_slots(vars[i]);
     std::vector<Tensor> slots;
     slots.reserve(slot_vars.size());
     for (const auto& sv : slot_vars) slots.push_back(sv.value());
-    s.update(vars[i].value(), g[i], slots, ctx);
+    s.update(param, grad, slots, uctx);
+  };
+  auto increment = [&] {
+    s.iterations_.value().copy_(Tensor::scalar(double(uctx.step), kInt64));
+  };
+
+  // Replicated variables (one component per replica): every replica updates its own
+  // component in place, concurrently. A variable all local replicas share (a plain
+  // variable, or a CentralStorageStrategy variable) is updated once, by one replica,
+  // inside run_once while the others wait.
+  const bool several_local = ctx && ctx->strategy().num_local_replicas() > 1;
+  std::vector<size_t> shared;
+  for (size_t i = 0; i < vars.size(); ++i) {
+    if (!g[i].defined()) continue;
+    if (several_local && !vars[i].impl().is_replicated())
+      shared.push_back(i);
+    else
+      update_one(i);
   }
-  iterations.copy_(Tensor::scalar(double(ctx.step), kInt64));
+  const bool shared_iterations = several_local && !s.iterations_.impl().is_replicated();
+  if (!shared.empty() || shared_iterations) {
+    ctx->run_once([&] {
+      autograd::StopRecording paused;
+      for (size_t i : shared) update_one(i);
+      if (shared_iterations) increment();
+    });
+  }
+  if (!shared_iterations) increment();
 }
 
 }  // namespace strata::optim

@@ -12,9 +12,13 @@
 //   3. Each variable with a defined gradient is updated in place on its current component
 //      (`var.value().copy_(...)`, never var.assign: distributed variables reject
 //      un-aggregated assignment from a replica context, as in TensorFlow), so every
-//      replica applies the same update to its own copy.
+//      replica applies the same update to its own copy. A variable that the local
+//      replicas share instead of replicating (impl().is_replicated() false: a plain
+//      variable, or CentralStorageStrategy's) is updated once, inside run_once.
 //   4. `iterations` (a non-trainable int64 variable, aggregation ONLY_FIRST_REPLICA) is
-//      incremented in place, on every replica alike.
+//      incremented in place, on every replica alike (once when shared).
+// Calling it in cross-replica context (inside a strategy's scope, outside run) throws, as
+// TensorFlow does.
 // The learning rate is the schedule at `iterations` before the increment. All the update
 // math runs with tapes paused.
 //

@@ -134,6 +134,18 @@ TEST_CASE("golden: unsupported ops, attrs and inputs fail loudly", "[golden][err
   REQUIRE_THROWS_WITH(golden::load_case("/nonexistent/case.json"), Contains("golden: cannot open case file"));
 }
 
+TEST_CASE("golden: compare applies atol + rtol * |want| elementwise", "[golden]") {
+  const golden::Tolerance tol{1e-3, 1e-6};
+  Tensor want = Tensor::from_vector(std::vector<double>{1, 100, NAN, INFINITY});
+  CHECK(golden::compare(tensor({1.0005f, 100.09f, NAN, INFINITY}), want, tol) == "");
+  const std::string bad = golden::compare(tensor({1.002f, 100.0f, 0.0f, INFINITY}), want, tol);
+  CHECK_THAT(bad, Contains("2 of 4 elements differ"));
+  CHECK_THAT(bad, Contains("first at flat index 0"));
+  CHECK_THAT(golden::compare(tensor({1, 100, NAN, -INFINITY}), want, tol), Contains("1 of 4 elements differ"));
+  CHECK_THAT(golden::compare(tensor({1, 2}), want, tol), Contains("shape [2], expected [4]"));
+  CHECK_THAT(golden::compare(Tensor(), want, tol), Contains("undefined"));
+}
+
 TEST_CASE("golden: the op vocabulary maps to strata's ops", "[golden]") {
   auto run = [](const std::string& op, const std::string& attrs, std::vector<Tensor> in) {
     golden::Step s;

@@ -295,3 +295,27 @@ TEST_CASE("replica threads are long-lived and never keep more threads busy than 
     REQUIRE(max_busy.load() >= 1);
   }
 }
+
+TEST_CASE("run may be called from several threads: multi-replica runs are serialized, single-replica ones are not") {
+  MirroredStrategy mirrored(MirroredStrategy::cpu_devices(3));
+  OneDeviceStrategy one(cpu(0));
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> callers;
+  for (int t = 0; t < 3; ++t) {
+    callers.emplace_back([&, t] {
+      for (int i = 0; i < 20; ++i) {
+        auto r = mirrored.run([t, i] {
+          const int id = get_replica_context()->replica_id_in_sync_group();
+          return get_replica_context()->all_reduce(ReduceOp::Sum, full({3}, double(t * 100 + i + id)));
+        });
+        for (const Tensor& x : r) {
+          if (x.to_vector<float>()[0] != float(3 * (t * 100 + i) + 3)) ++wrong;
+        }
+        auto s = one.run([t] { return get_replica_context()->all_reduce(ReduceOp::Sum, full({1}, double(t))); });
+        if (s[0].item<float>() != float(t)) ++wrong;
+      }
+    });
+  }
+  for (auto& c : callers) c.join();
+  REQUIRE(wrong == 0);
+}

@@ -385,3 +385,11 @@ TEST_CASE("make_strategy builds the named strategies and refuses what does not a
   REQUIRE(cross_device_ops_from_name("ReductionToOneDevice") == CrossDeviceOps::ReductionToOneDevice);
   REQUIRE_THROWS_WITH(cross_device_ops_from_name("ring"), Catch::Contains("unknown name 'ring'"));
 }
+
+TEST_CASE("run checks that PerReplica arguments have one value per replica") {
+  MirroredStrategy strategy(MirroredStrategy::cpu_devices(2));
+  REQUIRE_THROWS_WITH(strategy.run([](const Tensor& t) { return t; }, PerReplica<Tensor>({ones({1})})),
+                      Catch::Contains("a PerReplica argument has 1 values") && Catch::Contains("2 local replicas"));
+  auto doubled = strategy.run([](const Tensor& t) { return t * 2.0; }, Mirrored<Tensor>({ones({1}), ones({1})}));
+  REQUIRE(doubled[1].item<float>() == 2.0f);
+}
