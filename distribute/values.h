@@ -3,6 +3,7 @@
 // values are known to be equal.
 #pragma once
 
+#include <type_traits>
 #include <vector>
 
 #include "core/error.h"

@@ -29,7 +29,7 @@ using namespace strata;
 int main(int argc, char** argv) {
   CLI::App app{"Train the MNIST CNN under a distribution strategy"};
   std::string data_dir = "data/mnist", strategy_name = "mirrored", cross_device_ops = "default";
-  int replicas = 2, epochs = 3, max_steps = 0;
+  int replicas = 2, epochs = 4, max_steps = 0;
   int64_t global_batch = 128;
   double learning_rate = 1e-3;
   uint64_t seed = 1;
@@ -121,8 +121,9 @@ int main(int argc, char** argv) {
     for (auto& batch : eval_ds) strategy->run(eval_step, batch);
     const double accuracy = eval_accuracy.result().item<double>();
 
-    std::printf("strategy %s, replicas %d, cross-device ops %s, global batch %lld\n", strategy->name().c_str(),
-                strategy->num_replicas_in_sync(), distribute::cross_device_ops_name(strategy->cross_device_ops()),
+    std::printf("strategy %s, replicas %d%s%s, global batch %lld\n", strategy->name().c_str(),
+                strategy->num_replicas_in_sync(), strategy->name() == "mirrored" ? ", cross-device ops " : "",
+                strategy->name() == "mirrored" ? distribute::cross_device_ops_name(strategy->cross_device_ops()) : "",
                 static_cast<long long>(global_batch));
     std::printf("trained %lld steps in %.1f s: %.2f steps/s (%.0f examples/s) after the first 10 steps\n",
                 static_cast<long long>(steps), train_seconds, steps_per_second,

@@ -91,8 +91,7 @@ class Trainer final : public train::StandardTrainer {
  protected:
   void train_loop_begin() override { loss_sum_ = 0, steps_ = 0; }
   void train_step(distribute::DistributedIterator& it) override {
-    auto batch = it.next();
-    STRATA_CHECK(batch.has_value(), "strata-train: the training data ended (it should repeat)");
+    auto batch = next_batch(it);
     auto per_replica = strategy().run(
         [&](const data::Batch& b) {
           autograd::GradientTape tape;
@@ -103,7 +102,7 @@ class Trainer final : public train::StandardTrainer {
           opt_.apply_gradients(grads, model_.trainable_variables());
           return loss;
         },
-        *batch);
+        batch);
     loss_sum_ += strategy().reduce(distribute::ReduceOp::Sum, per_replica).item<double>();
     ++steps_;
   }
@@ -127,9 +126,9 @@ class Evaluator final : public train::StandardEvaluator {
     loss_ = 0, correct_ = 0, count_ = 0;
     model_.set_training(false);
   }
-  bool eval_step(distribute::DistributedIterator& it) override {
+  std::optional<train::Outputs> eval_step(distribute::DistributedIterator& it) override {
     auto batch = it.next();
-    if (!batch) return false;
+    if (!batch) return std::nullopt;
     auto per_replica = strategy().run(
         [&](const data::Batch& b) {
           Tensor logits = model_(b[0]);
@@ -141,7 +140,7 @@ class Evaluator final : public train::StandardEvaluator {
     Tensor totals = strategy().reduce(distribute::ReduceOp::Sum, per_replica);
     auto v = totals.to_vector<double>();
     loss_ += v[0], correct_ += v[1], count_ += v[2];
-    return true;
+    return train::Outputs{};
   }
   train::Outputs eval_end() override {
     model_.set_training(true);
@@ -180,15 +179,8 @@ int run(const Config& c) {
                                                  : fs::path(c.model_dir);
   // The input position is checkpointed too, so a resumed run sees exactly the batches it
   // would have seen.
-  distribute::DistributedIterator* input = &trainer.train_iterator();
-  train::ExtraState input_state;
-  input_state.save = [input] { return nlohmann::json(input->save().to_string()); };
-  input_state.validate = [](const nlohmann::json& j) { data::IteratorState::from_string(j.get<std::string>()); };
-  input_state.restore = [input](const nlohmann::json& j) {
-    input->restore(data::IteratorState::from_string(j.get<std::string>()));
-  };
   train::Checkpoint checkpoint{{"model", model}, {"optimizer", opt}, {"global_step", global_step},
-                               {"train_input", input_state}};
+                               {"train_input", trainer.input_state()}};
   const bool chief = strategy->worker_index() == 0;
   train::CheckpointManager manager(checkpoint, model_dir / "checkpoints", /*max_to_keep=*/3,
                                    /*checkpoint_interval=*/c.steps_per_loop * 5, global_step);
@@ -199,8 +191,8 @@ int run(const Config& c) {
   co.global_step = global_step;
   co.steps_per_loop = c.steps_per_loop;
   co.checkpoint_manager = &manager;
-  co.summary_interval = c.steps_per_loop;
   co.summary_dir = chief ? (model_dir / "summaries").string() : "";
+  co.eval_summary_dir = chief ? (model_dir / "summaries" / "eval").string() : "";
   co.progress.verbosity = c.quiet ? train::Verbosity::Quiet : (c.verbose ? train::Verbosity::Verbose : train::Verbosity::Normal);
   std::cerr << "strata-train: " << c.model << " on " << d.description << ", strategy " << strategy->name() << " with "
             << strategy->num_replicas_in_sync() << " replica(s), global batch " << c.global_batch << "\n";
@@ -261,7 +253,10 @@ int main(int argc, char** argv) {
   app.add_option("--global-batch", c.global_batch, "global batch size across all replicas")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 30));
   app.add_option("--eval-steps", c.eval_steps, "evaluation steps (-1: the whole evaluation split)")
-      ->check(CLI::Range(int64_t(-1), int64_t(1) << 40));
+      ->check(CLI::Range(int64_t(-1), int64_t(1) << 40))
+      ->check(CLI::Validator(
+          [](std::string& v) { return v == "0" ? std::string("must be -1 (the whole split) or positive") : std::string(); },
+          "", "not zero"));
   app.add_option("--eval-interval", c.eval_interval, "train steps between evaluations (default: only at the end)")
       ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
   app.add_option("--model-dir", c.model_dir, "checkpoints and summaries (an existing one is resumed)");

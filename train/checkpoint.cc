@@ -54,7 +54,8 @@ ObjectGraph collect(const std::vector<std::pair<std::string, Trackable>>& object
           g.module_variables.emplace_back(nv.path, nv.variable);
       }
     } else if (auto* opt = std::get_if<optim::Optimizer>(&o)) {
-      g.add(name + "/iterations", opt->iterations());
+      // "iterations", and a LossScaleOptimizer's "loss_scale" and "good_steps".
+      for (const auto& [key, v] : opt->checkpoint_variables()) g.add(name + "/" + key, v);
       g.optimizers.emplace_back(name, *opt);
     } else if (auto* metric = std::get_if<metrics::Metric>(&o)) {
       for (const auto& [state, v] : metric->variables()) g.add(name + "/" + state, v);

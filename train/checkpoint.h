@@ -15,6 +15,7 @@
 //   metric state        <name>/<state>                      train_loss/total
 //   a Variable          <name>                              step
 //   optimizer counter   <name>/iterations                   optimizer/iterations
+//   loss scale state    <name>/loss_scale, <name>/good_steps  (a LossScaleOptimizer)
 //   optimizer slots     <variable path>/.OPTIMIZER_SLOT/<optimizer name>/<slot>
 //                                       model/dense/kernel/.OPTIMIZER_SLOT/optimizer/m
 // Slots are saved for the variables reachable from a tracked module (as in TensorFlow,
@@ -148,6 +149,8 @@ class CheckpointManager {
   const std::filesystem::path& directory() const { return directory_; }
   std::filesystem::path index_path() const { return directory_ / "checkpoint"; }
   Checkpoint& checkpoint() { return checkpoint_; }
+  // 0: save() without force always saves.
+  int64_t checkpoint_interval() const { return checkpoint_interval_; }
   // The step of the last checkpoint saved or restored by this manager (or found at start).
   std::optional<int64_t> last_checkpoint_step() const { return last_step_; }
 

@@ -1,164 +1,344 @@
 #include "train/controller.h"
 
 #include <chrono>
-#include <sstream>
+#include <cmath>
+#include <cstdio>
 #include <filesystem>
+#include <sstream>
 #include <thread>
 
+#include "autograd/tape.h"
 #include "core/ops.h"
 #include "train/checkpoint.h"
+#include "train/checkpoint_file.h"
 #include "train/summary_writer.h"
 
 namespace strata::train {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// The thread's current summary target while a Controller runs a loop (train::summary).
+struct SummaryTarget {
+  SummaryWriter* writer = nullptr;
+  Variable step;
+  bool training = false;
+  std::optional<int64_t> interval;  // training only
+};
+thread_local SummaryTarget t_summary;
+
+class SummaryScope {
+ public:
+  explicit SummaryScope(SummaryTarget target) : saved_(std::move(t_summary)) { t_summary = std::move(target); }
+  ~SummaryScope() { t_summary = std::move(saved_); }
+  SummaryScope(const SummaryScope&) = delete;
+  SummaryScope& operator=(const SummaryScope&) = delete;
+
+ private:
+  SummaryTarget saved_;
+};
+
+int64_t read_step(const Variable& step) {
+  autograd::StopRecording no_tape;
+  return step.value().item<int64_t>();
+}
+
+std::string format_outputs(const Outputs& outputs) {
+  std::ostringstream os;
+  for (const auto& [name, value] : outputs) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.4g", value);
+    os << " | " << name << ' ' << buf;
+  }
+  return os.str();
+}
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+}  // namespace
+
+// ---- train::summary ----
+
+namespace summary {
+
+int64_t current_step() { return t_summary.step.defined() ? read_step(t_summary.step) : 0; }
+
+bool should_record() {
+  if (!t_summary.writer) return false;
+  if (!t_summary.training) return true;
+  return t_summary.interval && current_step() % *t_summary.interval == 0;
+}
+
+bool scalar(const std::string& tag, double value) {
+  if (!should_record()) return false;
+  t_summary.writer->scalar(tag, value, current_step());
+  return true;
+}
+
+bool histogram(const std::string& tag, const Tensor& values) {
+  if (!should_record()) return false;
+  t_summary.writer->histogram(tag, values, current_step());
+  return true;
+}
+
+bool text(const std::string& tag, const std::string& text) {
+  if (!should_record()) return false;
+  t_summary.writer->text(tag, text, current_step());
+  return true;
+}
+
+}  // namespace summary
+
+// ---- Controller ----
 
 Controller::Controller(ControllerOptions options) : options_(std::move(options)) {
   strategy_ = options_.strategy ? options_.strategy : &distribute::get_strategy();
   STRATA_CHECK(options_.trainer || options_.evaluator,
                "Controller: `trainer` and `evaluator` should not both be null");
-  STRATA_CHECK(options_.global_step.defined(), "Controller: a global_step variable is required "
-               "(create it with train::create_global_step())");
   if (options_.trainer) {
-    STRATA_CHECK(options_.steps_per_loop > 0 || options_.steps_per_loop_fn,
-                 "Controller: steps_per_loop must be a positive integer (or a function of the step) "
-                 "when a trainer is given, got ", options_.steps_per_loop);
+    STRATA_CHECK(options_.steps_per_loop || options_.steps_per_loop_fn,
+                 "Controller: `steps_per_loop` is required when a trainer is given (a positive integer, or "
+                 "steps_per_loop_fn)");
+    STRATA_CHECK(!(options_.steps_per_loop && options_.steps_per_loop_fn),
+                 "Controller: give either `steps_per_loop` (", *options_.steps_per_loop,
+                 ") or `steps_per_loop_fn`, not both");
+    if (options_.steps_per_loop) {
+      STRATA_CHECK(*options_.steps_per_loop >= 1, "Controller: `steps_per_loop` (", *options_.steps_per_loop,
+                   ") must be a positive integer");
+    }
+    if (options_.summary_interval) {
+      STRATA_CHECK(*options_.summary_interval > 0, "Controller: `summary_interval` (", *options_.summary_interval,
+                   ") must be larger than 0");
+      if (options_.steps_per_loop) {
+        STRATA_CHECK(*options_.summary_interval % *options_.steps_per_loop == 0, "Controller: `summary_interval` (",
+                     *options_.summary_interval, ") must be a multiple of `steps_per_loop` (",
+                     *options_.steps_per_loop, ")");
+      }
+    }
   }
-  STRATA_CHECK(options_.steps_per_loop >= 0, "Controller: steps_per_loop must be positive, got ",
-               options_.steps_per_loop);
-  if (options_.summary_interval > 0 && options_.steps_per_loop > 0) {
-    STRATA_CHECK(options_.summary_interval % options_.steps_per_loop == 0,
-                 "Controller: summary_interval (", options_.summary_interval,
-                 ") must be a multiple of steps_per_loop (", options_.steps_per_loop, ")");
+  STRATA_CHECK(options_.global_step.defined(),
+               "Controller: `global_step` is required (create it with train::create_global_step() in the "
+               "strategy's scope)");
+  STRATA_CHECK(is_integral(options_.global_step.dtype()) && options_.global_step.shape().empty(),
+               "Controller: `global_step` must be an integer scalar variable, got ",
+               dtype_name(options_.global_step.dtype()), " ", shape_str(options_.global_step.shape()));
+  if (options_.checkpoint_manager) {
+    bool tracked = false;
+    for (const auto& [path, v] : options_.checkpoint_manager->checkpoint().variables_by_path()) {
+      tracked = tracked || v == options_.global_step;
+    }
+    STRATA_CHECK(tracked, "Controller: the checkpoint manager's Checkpoint (", options_.checkpoint_manager->directory(),
+                 ") does not track `global_step`; track it (e.g. {\"global_step\", global_step}) so that a "
+                 "restored run resumes at its step");
   }
-  STRATA_CHECK(options_.summary_interval >= 0, "Controller: summary_interval must be >= 0");
-  // Only the chief writes summaries (TensorFlow's chief duties).
+
+  // Summaries: only the chief writes (TensorFlow's chief duties).
   const bool chief = strategy_->worker_index() == 0;
-  if (chief && !options_.summary_dir.empty() && options_.trainer) {
+  if (chief && options_.trainer && !options_.summary_dir.empty()) {
     train_writer_ = std::make_unique<SummaryWriter>(options_.summary_dir);
   }
-  std::string eval_dir = options_.eval_summary_dir;
-  if (eval_dir.empty() && !options_.summary_dir.empty()) eval_dir = (std::filesystem::path(options_.summary_dir) / "eval").string();
-  if (chief && !eval_dir.empty() && options_.evaluator) eval_writer_ = std::make_unique<SummaryWriter>(eval_dir);
+  if (chief && options_.evaluator) {
+    const std::string eval_dir = options_.eval_summary_dir.empty() ? options_.summary_dir : options_.eval_summary_dir;
+    if (!eval_dir.empty()) {
+      if (train_writer_ && fs::weakly_canonical(eval_dir) == fs::weakly_canonical(options_.summary_dir)) {
+        eval_writer_ = train_writer_.get();  // Orbit reuses the writer for the same directory
+      } else {
+        own_eval_writer_ = std::make_unique<SummaryWriter>(eval_dir);
+        eval_writer_ = own_eval_writer_.get();
+      }
+    }
+  }
   progress_ = std::make_unique<ProgressReporter>(options_.progress);
-  restore_checkpoint();
+  if (options_.checkpoint_manager) restore_checkpoint();
 }
 
 Controller::~Controller() = default;
 
-int64_t Controller::global_step() const { return options_.global_step.value().item<int64_t>(); }
+void Controller::require(const void* member, const char* name, const char* method) const {
+  STRATA_CHECK(member != nullptr, "Controller::", method, ": requires a `", name, "` (none was given)");
+}
+
+int64_t Controller::global_step() const { return read_step(options_.global_step); }
 
 int64_t Controller::steps_per_loop_at(int64_t step) const {
-  const int64_t n = options_.steps_per_loop_fn ? options_.steps_per_loop_fn(step) : options_.steps_per_loop;
-  STRATA_CHECK(n > 0, "Controller: steps_per_loop must be positive, got ", n, " at step ", step);
+  const int64_t n = options_.steps_per_loop_fn ? options_.steps_per_loop_fn(step) : *options_.steps_per_loop;
+  STRATA_CHECK(n >= 1, "Controller: steps_per_loop_fn returned ", n, " at step ", step,
+               " (it must return a positive integer)");
   return n;
 }
 
-void Controller::train_n_steps(int64_t n, int64_t target) {
-  const int64_t before = global_step();
-  const auto t0 = std::chrono::steady_clock::now();
-  last_train_outputs_ = options_.trainer->train(n);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const int64_t step = global_step();
-  STRATA_CHECK(step == before + n, "Controller: the trainer ran ", n, " steps but the global step moved from ",
-               before, " to ", step, " (the trainer must advance global_step once per step)");
-  const double steps_per_second = seconds > 0 ? double(n) / seconds : 0;
-  const double examples = double(options_.trainer->examples_per_step()) * steps_per_second;
-  last_train_outputs_["steps_per_second"] = steps_per_second;
-  const bool summary_due = options_.summary_interval == 0 ||
-                           step / options_.summary_interval != last_summary_step_ / options_.summary_interval ||
-                           step >= target;
-  if (train_writer_ && summary_due) {
-    for (const auto& [tag, value] : last_train_outputs_) train_writer_->scalar(tag, value, step);
-    train_writer_->flush();
-    last_summary_step_ = step;
-  }
-  progress_->update(step, target, last_train_outputs_, examples);
-}
-
-void Controller::maybe_save_checkpoint(bool force) {
-  if (!options_.checkpoint_manager) return;
-  const std::string path = options_.checkpoint_manager->save(global_step(), force);
-  if (!path.empty()) last_checkpoint_ = path;
-}
-
 void Controller::train(int64_t steps, bool checkpoint_at_completion) {
-  STRATA_CHECK(options_.trainer != nullptr, "Controller::train: no trainer was given");
+  require(options_.trainer, "trainer", "train");
+  progress_->begin(global_step(), steps);
+  train_until(steps, checkpoint_at_completion);
+}
+
+void Controller::train_until(int64_t steps, bool checkpoint_at_completion) {
   int64_t step = global_step();
+  progress_->detail("train | step " + std::to_string(step) + " | training until step " + std::to_string(steps) +
+                    "...");
   while (step < steps) {
-    const int64_t n = std::min(steps - step, steps_per_loop_at(step));
-    train_n_steps(n, steps);
-    maybe_save_checkpoint(false);
+    train_n_steps(std::min(steps - step, steps_per_loop_at(step)));
+    maybe_save_checkpoint(/*check_interval=*/true);
     step = global_step();
   }
-  if (checkpoint_at_completion) maybe_save_checkpoint(true);
+  if (checkpoint_at_completion) maybe_save_checkpoint(/*check_interval=*/false);
+}
+
+void Controller::train_n_steps(int64_t num_steps) {
+  const int64_t before = global_step();
+  const auto t0 = Clock::now();
+  Outputs outputs;
+  {
+    SummaryScope scope({train_writer_.get(), options_.global_step, /*training=*/true, options_.summary_interval});
+    outputs = options_.trainer->train(num_steps);
+  }
+  const double seconds = seconds_since(t0);
+  const int64_t step = global_step();
+  STRATA_CHECK(step == before + num_steps, "Controller: trainer.train(", num_steps,
+               ") did not advance the global step by ", num_steps, ": it was ", before, ", expected ",
+               before + num_steps, ", got ", step);
+  const double steps_per_second = seconds > 0 ? double(num_steps) / seconds : 0.0;
+  outputs["steps_per_second"] = steps_per_second;
+  last_train_outputs_ = outputs;
+  if (train_writer_) {
+    for (const auto& [tag, value] : outputs) train_writer_->scalar(tag, value, step);
+    train_writer_->flush();
+  }
+  progress_->update(step, outputs, double(options_.trainer->examples_per_step()) * steps_per_second);
+}
+
+std::string Controller::maybe_save_checkpoint(bool check_interval) {
+  CheckpointManager* manager = options_.checkpoint_manager;
+  if (!manager) return "";
+  const int64_t step = global_step();
+  std::string path;
+  if (check_interval) {
+    if (manager->checkpoint_interval() == 0) return "";  // periodic saving is off
+    path = manager->save(step, /*force=*/false);
+  } else {
+    if (manager->last_checkpoint_step() == step) return "";  // this step has one already
+    path = manager->save(step, /*force=*/true);
+  }
+  if (!path.empty()) {
+    last_checkpoint_ = path;
+    progress_->detail("saved checkpoint " + path);
+  }
+  return path;
 }
 
 Outputs Controller::evaluate(int64_t steps) {
-  STRATA_CHECK(options_.evaluator != nullptr, "Controller::evaluate: no evaluator was given");
-  STRATA_CHECK(steps >= -1, "Controller::evaluate: steps must be -1 (until the data ends) or >= 0, got ", steps);
-  const auto t0 = std::chrono::steady_clock::now();
-  last_eval_outputs_ = options_.evaluator->evaluate(steps);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  require(options_.evaluator, "evaluator", "evaluate");
+  STRATA_CHECK(steps == -1 || steps > 0, "Controller::evaluate: `steps` (", steps,
+               ") should be > 0, or == -1 (the whole evaluation set)");
   const int64_t step = global_step();
+  progress_->detail(" eval | step " + std::to_string(step) + " | " +
+                    (steps > 0 ? "running " + std::to_string(steps) + " steps of evaluation..."
+                               : std::string("running complete evaluation...")));
+  const auto t0 = Clock::now();
+  Outputs outputs;
+  {
+    SummaryScope scope({eval_writer_, options_.global_step, /*training=*/false, std::nullopt});
+    outputs = options_.evaluator->evaluate(steps);
+  }
+  const double seconds = seconds_since(t0);
+  if (steps > 0 && seconds > 0) outputs["steps_per_second"] = double(steps) / seconds;
+  last_eval_outputs_ = outputs;
   if (eval_writer_) {
-    for (const auto& [tag, value] : last_eval_outputs_) eval_writer_->scalar(tag, value, step);
+    for (const auto& [tag, value] : outputs) eval_writer_->scalar(tag, value, step);
     eval_writer_->flush();
   }
-  std::ostringstream os;
-  os << "eval at step " << step << " (" << seconds << " s):";
-  for (const auto& [k, v] : last_eval_outputs_) os << "  " << k << ' ' << v;
-  progress_->message(os.str());
-  return last_eval_outputs_;
+  char secs[32];
+  std::snprintf(secs, sizeof secs, "%.2f", seconds);
+  progress_->message(" eval | step " + std::to_string(step) + " | " + secs + " s" + format_outputs(outputs));
+  return outputs;
 }
 
-void Controller::train_and_evaluate(int64_t train_steps, int64_t eval_steps, int64_t eval_interval) {
-  const int64_t interval = eval_interval > 0 ? eval_interval : train_steps;
+Outputs Controller::train_and_evaluate(int64_t train_steps, int64_t eval_steps, int64_t eval_interval) {
+  require(options_.trainer, "trainer", "train_and_evaluate");
+  require(options_.evaluator, "evaluator", "train_and_evaluate");
+  STRATA_CHECK(eval_interval >= 0, "Controller::train_and_evaluate: `eval_interval` (", eval_interval,
+               ") must be >= 0 (0: evaluate only at the end)");
+  STRATA_CHECK(eval_steps == -1 || eval_steps > 0, "Controller::train_and_evaluate: `eval_steps` (", eval_steps,
+               ") should be > 0, or == -1 (the whole evaluation set)");
   int64_t step = global_step();
+  const int64_t interval = eval_interval > 0 ? eval_interval : std::max<int64_t>(train_steps - step, 1);
+  progress_->begin(step, train_steps);
+  Outputs outputs;
   while (step < train_steps) {
-    const int64_t next = std::min(train_steps, step + interval);
-    train(next, /*checkpoint_at_completion=*/false);
-    evaluate(eval_steps);
+    train_until(std::min(train_steps, step + interval), /*checkpoint_at_completion=*/false);
+    outputs = evaluate(eval_steps);
     step = global_step();
   }
-  maybe_save_checkpoint(true);
+  maybe_save_checkpoint(/*check_interval=*/false);
+  return outputs;
 }
 
-void Controller::evaluate_continuously(int64_t steps, double timeout_seconds, std::optional<int64_t> stop_at_step) {
-  STRATA_CHECK(options_.checkpoint_manager != nullptr,
-               "Controller::evaluate_continuously: needs a checkpoint_manager to watch");
+Outputs Controller::evaluate_continuously(int64_t steps, double timeout_seconds,
+                                          const std::function<bool()>& timeout_fn) {
+  require(options_.evaluator, "evaluator", "evaluate_continuously");
+  require(options_.checkpoint_manager, "checkpoint_manager", "evaluate_continuously");
+  STRATA_CHECK(std::isfinite(timeout_seconds) && timeout_seconds > 0,
+               "Controller::evaluate_continuously: `timeout_seconds` must be positive and finite, got ",
+               timeout_seconds);
+  STRATA_CHECK(steps == -1 || steps > 0, "Controller::evaluate_continuously: `steps` (", steps,
+               ") should be > 0, or == -1 (the whole evaluation set)");
+  const auto timeout = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_seconds));
   std::string last;
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds);
-  while (std::chrono::steady_clock::now() < deadline) {
-    const auto latest = options_.checkpoint_manager->latest_checkpoint();
+  Outputs outputs;
+  auto deadline = Clock::now() + timeout;
+  for (;;) {
+    const std::optional<std::string> latest = options_.checkpoint_manager->latest_checkpoint();
     if (latest && *latest != last) {
       last = *latest;
-      restore_checkpoint(last);
-      evaluate(steps);
-      if (stop_at_step && global_step() >= *stop_at_step) return;
-      deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds);
+      try {
+        restore_checkpoint(last);
+      } catch (const Error&) {
+        // The writer may delete an old checkpoint (max_to_keep) while we load it: wait
+        // for the next one. Any other failure is real.
+        if (checkpoint_exists(last)) throw;
+        progress_->detail(" eval | checkpoint " + last + " was removed while it was read; waiting for the next");
+        continue;
+      }
+      outputs = evaluate(steps);
+      deadline = Clock::now() + timeout;
+      continue;
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const auto now = Clock::now();
+    if (now >= deadline) {
+      if (!timeout_fn || timeout_fn()) return outputs;
+      deadline = now + timeout;
+    }
+    std::this_thread::sleep_for(std::min<Clock::duration>(std::chrono::milliseconds(50), deadline - now));
   }
 }
 
 std::string Controller::save_checkpoint() {
-  if (!options_.checkpoint_manager) return "";
-  maybe_save_checkpoint(true);
-  return last_checkpoint_;
+  require(options_.checkpoint_manager, "checkpoint_manager", "save_checkpoint");
+  const std::string path = maybe_save_checkpoint(/*check_interval=*/false);
+  return path.empty() ? last_checkpoint_ : path;
 }
 
 std::string Controller::restore_checkpoint(const std::string& path) {
-  if (!options_.checkpoint_manager) return "";
+  require(options_.checkpoint_manager, "checkpoint_manager", "restore_checkpoint");
+  // Restore inside the strategy's scope, as Orbit does (anything created on the way, such
+  // as optimizer slots, belongs to the strategy).
+  std::optional<distribute::StrategyScope> scope;
+  if (!strategy_->is_default()) scope.emplace(strategy_->scope());
+  std::string restored;
   if (path.empty()) {
-    const std::string restored = options_.checkpoint_manager->restore_or_initialize();
-    if (!restored.empty()) {
-      last_checkpoint_ = restored;
-      progress_->message("restored checkpoint " + restored + " at step " + std::to_string(global_step()));
-    }
-    return restored;
+    restored = options_.checkpoint_manager->restore_or_initialize();
+  } else {
+    options_.checkpoint_manager->restore(path);
+    restored = path;
   }
-  options_.checkpoint_manager->restore(path);
-  last_checkpoint_ = path;
-  return path;
+  if (!restored.empty()) {
+    last_checkpoint_ = restored;
+    progress_->message("restored checkpoint " + restored + " at step " + std::to_string(global_step()));
+  }
+  return restored;
 }
 
 }  // namespace strata::train

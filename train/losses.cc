@@ -17,6 +17,8 @@ const char* reduction_name(Reduction r) {
 
 namespace {
 
+// Every loss promotes float16/bfloat16 predictions to float32 first (mixed precision:
+// losses and their reductions run in float32; the cast's gradient returns to the half dtype).
 void check_float_pred(const Tensor& y_pred, const char* op) {
   STRATA_CHECK(y_pred.defined(), op, ": y_pred is undefined");
   STRATA_CHECK(is_floating(y_pred.dtype()), op, ": y_pred must be floating, got ", y_pred.dtype());
@@ -47,6 +49,8 @@ Tensor sparse_categorical_crossentropy(const Tensor& y_true, const Tensor& y_pre
                                        bool from_logits, int64_t axis) {
   constexpr const char* op = "losses::sparse_categorical_crossentropy";
   check_float_pred(y_pred, op);
+  if (is_half(y_pred.dtype()))  // computed in float32
+    return sparse_categorical_crossentropy(y_true, cast(y_pred, kFloat32), from_logits, axis);
   STRATA_CHECK(y_pred.ndim() >= 1, op, ": y_pred must have a class axis, got a scalar");
   STRATA_CHECK(y_true.defined(), op, ": y_true is undefined");
   const Tensor pred = axis_last(y_pred, axis, op);
@@ -73,6 +77,8 @@ Tensor categorical_crossentropy(const Tensor& y_true, const Tensor& y_pred, bool
                                 int64_t axis) {
   constexpr const char* op = "losses::categorical_crossentropy";
   check_float_pred(y_pred, op);
+  if (is_half(y_pred.dtype()))  // computed in float32
+    return categorical_crossentropy(y_true, cast(y_pred, kFloat32), from_logits, axis);
   STRATA_CHECK(y_pred.ndim() >= 1, op, ": y_pred must have a class axis, got a scalar");
   const Tensor target = matching_targets(y_true, y_pred, op);
   const int64_t a = normalize_axis(axis, y_pred.ndim(), op);
@@ -85,6 +91,8 @@ Tensor categorical_crossentropy(const Tensor& y_true, const Tensor& y_pred, bool
 Tensor binary_crossentropy(const Tensor& y_true, const Tensor& y_pred, bool from_logits) {
   constexpr const char* op = "losses::binary_crossentropy";
   check_float_pred(y_pred, op);
+  if (is_half(y_pred.dtype()))  // computed in float32
+    return binary_crossentropy(y_true, cast(y_pred, kFloat32), from_logits);
   STRATA_CHECK(y_pred.ndim() >= 1, op, ": y_pred must have at least one axis, got a scalar");
   const Tensor z = matching_targets(y_true, y_pred, op);
   Tensor bce;
@@ -101,6 +109,8 @@ Tensor binary_crossentropy(const Tensor& y_true, const Tensor& y_pred, bool from
 Tensor mean_squared_error(const Tensor& y_true, const Tensor& y_pred) {
   constexpr const char* op = "losses::mean_squared_error";
   check_float_pred(y_pred, op);
+  if (is_half(y_pred.dtype()))  // computed in float32
+    return mean_squared_error(y_true, cast(y_pred, kFloat32));
   STRATA_CHECK(y_pred.ndim() >= 1, op, ": y_pred must have at least one axis, got a scalar");
   return mean(square(sub(y_pred, matching_targets(y_true, y_pred, op))), std::vector<int64_t>{-1});
 }
@@ -108,6 +118,8 @@ Tensor mean_squared_error(const Tensor& y_true, const Tensor& y_pred) {
 Tensor huber(const Tensor& y_true, const Tensor& y_pred, double delta) {
   constexpr const char* op = "losses::huber";
   check_float_pred(y_pred, op);
+  if (is_half(y_pred.dtype()))  // computed in float32
+    return huber(y_true, cast(y_pred, kFloat32), delta);
   STRATA_CHECK(delta > 0, op, ": delta must be positive, got ", delta);
   STRATA_CHECK(y_pred.ndim() >= 1, op, ": y_pred must have at least one axis, got a scalar");
   const Tensor error = sub(y_pred, matching_targets(y_true, y_pred, op));

@@ -9,6 +9,9 @@
 // losses (times sample_weight), SUM their sum, SUM_OVER_BATCH_SIZE their sum divided by
 // their number of elements (not by the sum of the weights, as in Keras).
 //
+// float16/bfloat16 predictions (mixed precision) are cast to float32 first, so every loss
+// is computed and returned in float32.
+//
 // From probabilities, predictions are clipped to [1e-7, 1 - 1e-7] (Keras's epsilon) before
 // the log, and categorical predictions are renormalised to sum to one, exactly as Keras's
 // backend does.

@@ -24,6 +24,13 @@ OptimizerImpl::OptimizerImpl(std::string name, LearningRate learning_rate, doubl
   iterations_ = Variable(Tensor::scalar(0, kInt64), options);
 }
 
+// A wrapper never uses its own learning rate (the handle reads the wrapped one).
+OptimizerImpl::OptimizerImpl(std::string name) : name_(std::move(name)), learning_rate_(0.0), global_clipnorm_(0) {}
+
+void OptimizerImpl::apply_wrapped(const std::vector<Tensor>&, const std::vector<Variable>&, bool) {
+  fail("optim::", name_, ": apply_wrapped called on an optimizer that wraps none (internal error)");
+}
+
 Optimizer::Optimizer(std::shared_ptr<OptimizerImpl> impl) : impl_(std::move(impl)) {}
 
 OptimizerImpl& Optimizer::impl() const {
@@ -31,13 +38,20 @@ OptimizerImpl& Optimizer::impl() const {
   return *impl_;
 }
 
+OptimizerImpl& Optimizer::state() const {
+  OptimizerImpl* s = &impl();
+  // The wrapper keeps what it wraps alive, so the raw pointer stays valid.
+  while (auto inner = s->wrapped()) s = inner.get();
+  return *s;
+}
+
 int64_t Optimizer::iterations_value() const { return iterations().value().item<int64_t>(); }
 
-double Optimizer::learning_rate() const { return impl().learning_rate_(iterations_value()); }
+double Optimizer::learning_rate() const { return state().learning_rate_(iterations_value()); }
 
 void Optimizer::set_learning_rate(LearningRate learning_rate) const {
-  std::lock_guard<std::mutex> lock(impl().mu_);
-  impl().learning_rate_ = std::move(learning_rate);
+  std::lock_guard<std::mutex> lock(state().mu_);
+  state().learning_rate_ = std::move(learning_rate);
 }
 
 std::optional<Variable> Optimizer::find_slot(const Variable& var, const std::string& slot) const {
@@ -46,14 +60,14 @@ std::optional<Variable> Optimizer::find_slot(const Variable& var, const std::str
   for (size_t i = 0; i < names.size(); ++i)
     if (names[i] == slot) index = i;
   STRATA_CHECK(index < names.size(), "optim::", name(), ": no slot named '", slot, "'");
-  std::lock_guard<std::mutex> lock(impl().mu_);
-  auto it = impl().slots_.find(var.impl_ptr().get());
-  if (it == impl().slots_.end()) return std::nullopt;
+  std::lock_guard<std::mutex> lock(state().mu_);
+  auto it = state().slots_.find(var.impl_ptr().get());
+  if (it == state().slots_.end()) return std::nullopt;
   return it->second.slots[index];
 }
 
 std::vector<Variable> Optimizer::get_or_create_slots(const Variable& var) const {
-  OptimizerImpl& s = impl();
+  OptimizerImpl& s = state();
   {
     std::lock_guard<std::mutex> lock(s.mu_);
     auto it = s.slots_.find(var.impl_ptr().get());
@@ -79,20 +93,27 @@ std::vector<Variable> Optimizer::get_or_create_slots(const Variable& var) const 
 }
 
 void Optimizer::drop_slots(const Variable& var) const {
-  std::lock_guard<std::mutex> lock(impl().mu_);
-  impl().slots_.erase(var.impl_ptr().get());
+  std::lock_guard<std::mutex> lock(state().mu_);
+  state().slots_.erase(var.impl_ptr().get());
 }
 
 std::vector<std::pair<Variable, std::vector<Variable>>> Optimizer::all_slots() const {
-  std::lock_guard<std::mutex> lock(impl().mu_);
+  std::lock_guard<std::mutex> lock(state().mu_);
   std::vector<std::pair<Variable, std::vector<Variable>>> out;
-  for (const auto& [key, set] : impl().slots_) out.emplace_back(set.variable, set.slots);
+  for (const auto& [key, set] : state().slots_) out.emplace_back(set.variable, set.slots);
   return out;
 }
 
 std::vector<Variable> Optimizer::variables() const {
   std::vector<Variable> out{iterations()};
   for (auto& [var, slots] : all_slots()) out.insert(out.end(), slots.begin(), slots.end());
+  for (auto& [key, v] : impl().wrapper_variables()) out.push_back(v);
+  return out;
+}
+
+std::vector<std::pair<std::string, Variable>> Optimizer::checkpoint_variables() const {
+  std::vector<std::pair<std::string, Variable>> out{{"iterations", iterations()}};
+  for (auto& kv : impl().wrapper_variables()) out.push_back(kv);
   return out;
 }
 
@@ -103,50 +124,86 @@ void Optimizer::build(const std::vector<Variable>& vars) const {
   }
 }
 
-void Optimizer::apply_gradients(const std::vector<Tensor>& grads,
-                                const std::vector<Variable>& vars) const {
-  OptimizerImpl& s = impl();
-  STRATA_CHECK(grads.size() == vars.size(), "optim::", s.name(), "::apply_gradients: ", grads.size(),
+namespace detail {
+
+void check_apply_arguments(const std::string& optimizer, const std::vector<Tensor>& grads,
+                           const std::vector<Variable>& vars) {
+  STRATA_CHECK(grads.size() == vars.size(), "optim::", optimizer, "::apply_gradients: ", grads.size(),
                " gradients for ", vars.size(), " variables");
   std::unordered_set<const autograd::VariableImpl*> seen;
   for (size_t i = 0; i < vars.size(); ++i) {
-    STRATA_CHECK(vars[i].defined(), "optim::", s.name(), "::apply_gradients: variable ", i,
+    STRATA_CHECK(vars[i].defined(), "optim::", optimizer, "::apply_gradients: variable ", i,
                  " is undefined");
-    STRATA_CHECK(seen.insert(vars[i].impl_ptr().get()).second, "optim::", s.name(),
+    STRATA_CHECK(seen.insert(vars[i].impl_ptr().get()).second, "optim::", optimizer,
                  "::apply_gradients: variable '", vars[i].name(), "' appears more than once");
     if (!grads[i].defined()) continue;
-    STRATA_CHECK(grads[i].shape() == vars[i].shape(), "optim::", s.name(),
+    STRATA_CHECK(grads[i].shape() == vars[i].shape(), "optim::", optimizer,
                  "::apply_gradients: gradient ", shape_str(grads[i].shape()), " for variable '",
                  vars[i].name(), "' of shape ", shape_str(vars[i].shape()));
-    STRATA_CHECK(grads[i].dtype() == vars[i].dtype(), "optim::", s.name(),
+    STRATA_CHECK(grads[i].dtype() == vars[i].dtype(), "optim::", optimizer,
                  "::apply_gradients: gradient dtype ", grads[i].dtype(), " for variable '",
                  vars[i].name(), "' of dtype ", vars[i].dtype());
   }
-  STRATA_CHECK(!distribute::in_cross_replica_context(), "optim::", s.name(),
+  STRATA_CHECK(!distribute::in_cross_replica_context(), "optim::", optimizer,
                "::apply_gradients: cannot be called in cross-replica context (inside a "
                "strategy's scope but outside Strategy::run); call it from the step function "
                "passed to Strategy::run, as in TensorFlow");
+}
+
+}  // namespace detail
+
+std::vector<Tensor> all_reduce_sum_gradients(const std::vector<Tensor>& grads) {
+  distribute::ReplicaContext* ctx = distribute::get_replica_context();
+  if (!ctx || ctx->num_replicas_in_sync() <= 1) return grads;
+  autograd::StopRecording no_tape;
+  std::vector<Tensor> g = grads;
+  std::vector<size_t> defined;
+  std::vector<Tensor> to_reduce;
+  for (size_t i = 0; i < g.size(); ++i)
+    if (g[i].defined()) {
+      defined.push_back(i);
+      to_reduce.push_back(g[i]);
+    }
+  // Which gradients are defined is structural (the same on every replica), so skipping
+  // the collective when there is nothing to reduce keeps replicas matched.
+  std::vector<Tensor> reduced;
+  if (!to_reduce.empty()) reduced = ctx->all_reduce(distribute::ReduceOp::Sum, to_reduce);
+  STRATA_CHECK(reduced.size() == defined.size(), "optim::all_reduce_sum_gradients: all_reduce returned ",
+               reduced.size(), " tensors for ", defined.size());
+  for (size_t k = 0; k < defined.size(); ++k) g[defined[k]] = reduced[k];
+  return g;
+}
+
+void Optimizer::increment_iterations() const {
+  OptimizerImpl& s = state();
+  autograd::StopRecording no_tape;
+  distribute::ReplicaContext* ctx = distribute::get_replica_context();
+  auto increment = [&] {
+    const Tensor it = s.iterations_.value();
+    it.copy_(Tensor::scalar(double(it.item<int64_t>() + 1), kInt64));
+  };
+  if (ctx && ctx->strategy().num_local_replicas() > 1 && !s.iterations_.impl().is_replicated()) {
+    ctx->run_once([&] {
+      autograd::StopRecording paused;
+      increment();
+    });
+  } else {
+    increment();
+  }
+}
+
+void Optimizer::apply_gradients(const std::vector<Tensor>& grads, const std::vector<Variable>& vars,
+                                bool aggregate_gradients) const {
+  if (impl().wrapped()) {
+    impl().apply_wrapped(grads, vars, aggregate_gradients);
+    return;
+  }
+  OptimizerImpl& s = impl();
+  detail::check_apply_arguments(s.name(), grads, vars);
   autograd::StopRecording no_tape;
   distribute::ReplicaContext* ctx = distribute::get_replica_context();
 
-  std::vector<Tensor> g = grads;
-  if (ctx && ctx->num_replicas_in_sync() > 1) {
-    std::vector<size_t> defined;
-    std::vector<Tensor> to_reduce;
-    for (size_t i = 0; i < g.size(); ++i)
-      if (g[i].defined()) {
-        defined.push_back(i);
-        to_reduce.push_back(g[i]);
-      }
-    // Which gradients are defined is structural (the same on every replica), so skipping
-    // the collective when there is nothing to reduce keeps replicas matched.
-    std::vector<Tensor> reduced;
-    if (!to_reduce.empty()) reduced = ctx->all_reduce(distribute::ReduceOp::Sum, to_reduce);
-    STRATA_CHECK(reduced.size() == defined.size(), "optim::", s.name(),
-                 "::apply_gradients: all_reduce returned ", reduced.size(), " tensors for ",
-                 defined.size());
-    for (size_t k = 0; k < defined.size(); ++k) g[defined[k]] = reduced[k];
-  }
+  std::vector<Tensor> g = aggregate_gradients ? all_reduce_sum_gradients(grads) : grads;
   if (s.global_clipnorm_ > 0) g = clip_by_global_norm(g, s.global_clipnorm_).gradients;
 
   const int64_t count = s.iterations_.value().item<int64_t>();

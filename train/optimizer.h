@@ -24,6 +24,11 @@
 //
 // Slot variables are created the first time a variable is updated (or by build()), with
 // var.impl().make_like(...) so that they are placed and synchronised like the variable.
+//
+// An optimizer may wrap another (optim::LossScaleOptimizer, train/loss_scale_optimizer.h):
+// its handle then forwards the step counter, learning rate, slots and build() to the
+// wrapped optimizer, and apply_gradients to the wrapper, which applies through the wrapped
+// optimizer with aggregate_gradients = false once it has reduced the gradients itself.
 #pragma once
 
 #include <cstdint>
@@ -65,6 +70,20 @@ class OptimizerImpl {
 
   const std::string& name() const { return name_; }
 
+  // ---- for optimizers that wrap another (LossScaleOptimizer) ----
+  // The wrapped optimizer's state; nullptr for an optimizer that updates variables itself.
+  virtual std::shared_ptr<OptimizerImpl> wrapped() const { return nullptr; }
+  // apply_gradients of a wrapper (only called when wrapped() is set).
+  virtual void apply_wrapped(const std::vector<Tensor>& grads, const std::vector<Variable>& vars,
+                             bool aggregate_gradients);
+  // The wrapper's own variables by checkpoint key (e.g. "loss_scale"), saved as
+  // "<tracked name>/<key>" beside "<tracked name>/iterations".
+  virtual std::vector<std::pair<std::string, Variable>> wrapper_variables() const { return {}; }
+
+ protected:
+  // A wrapper's state: no step counter, learning rate or slots of its own.
+  explicit OptimizerImpl(std::string name);
+
  private:
   friend class Optimizer;
   struct SlotSet {
@@ -85,14 +104,17 @@ class Optimizer {
   Optimizer() = default;  // empty handle
   explicit Optimizer(std::shared_ptr<OptimizerImpl> impl);
 
-  void apply_gradients(const std::vector<Tensor>& grads, const std::vector<Variable>& vars) const;
+  // aggregate_gradients = false: the gradients are already summed across replicas (step 1
+  // is skipped), as Keras's experimental_aggregate_gradients.
+  void apply_gradients(const std::vector<Tensor>& grads, const std::vector<Variable>& vars,
+                       bool aggregate_gradients = true) const;
 
   // Creates the slots of every variable now (Keras's optimizer.build), e.g. before
   // restoring a checkpoint or so that they exist under a strategy's scope.
   void build(const std::vector<Variable>& vars) const;
 
   // The optimizer's step counter (int64 scalar) and its value in the current context.
-  const Variable& iterations() const { return impl().iterations_; }
+  const Variable& iterations() const { return state().iterations_; }
   int64_t iterations_value() const;
   // The learning rate the next update will use (the schedule at iterations_value()).
   double learning_rate() const;
@@ -107,8 +129,12 @@ class Optimizer {
   void drop_slots(const Variable& var) const;
   // Every variable that currently has slots, with its slots in slot_names() order.
   std::vector<std::pair<Variable, std::vector<Variable>>> all_slots() const;
-  // iterations and every slot variable.
+  // iterations, every slot variable and a wrapper's own variables.
   std::vector<Variable> variables() const;
+  // The variables a checkpoint saves under the optimizer's name, by key: "iterations",
+  // plus a wrapper's own ("loss_scale", "good_steps"). Slots are saved by the variables
+  // they belong to.
+  std::vector<std::pair<std::string, Variable>> checkpoint_variables() const;
 
   const std::string& name() const { return impl().name(); }
   bool defined() const { return impl_ != nullptr; }
@@ -116,7 +142,26 @@ class Optimizer {
   const std::shared_ptr<OptimizerImpl>& ptr() const { return impl_; }
 
  private:
+  friend class LossScaleOptimizerImpl;
+  // The state that updates variables: impl(), or what a wrapper wraps.
+  OptimizerImpl& state() const;
+  // Advances `iterations` by one without updating any variable (a step a wrapper
+  // skipped), on every replica alike (once when the counter is shared).
+  void increment_iterations() const;
+
   std::shared_ptr<OptimizerImpl> impl_;
 };
+
+// In a replica context with more than one replica in sync, each defined gradient summed
+// across the replicas (one all_reduce; undefined gradients stay undefined); otherwise the
+// gradients themselves. What apply_gradients does first (tf's all_reduce_sum_gradients).
+std::vector<Tensor> all_reduce_sum_gradients(const std::vector<Tensor>& grads);
+
+namespace detail {
+// apply_gradients' argument checks (sizes, undefined or repeated variables, gradient
+// shapes and dtypes, cross-replica context), reported as `optimizer`::apply_gradients.
+void check_apply_arguments(const std::string& optimizer, const std::vector<Tensor>& grads,
+                           const std::vector<Variable>& vars);
+}  // namespace detail
 
 }  // namespace strata::optim

@@ -1,13 +1,29 @@
 #include "train/trainer.h"
 
+#include "autograd/tape.h"
 #include "core/ops.h"
 
 namespace strata::train {
 
+namespace {
+
+int64_t read_step(const Variable& step) {
+  autograd::StopRecording no_tape;
+  return step.value().item<int64_t>();
+}
+
+}  // namespace
+
+// ---- StandardTrainer ----
+
 StandardTrainer::StandardTrainer(distribute::Strategy& strategy, distribute::DistributedDataset train_dataset,
                                  Variable global_step)
     : strategy_(strategy), dataset_(std::move(train_dataset)), global_step_(std::move(global_step)) {
-  STRATA_CHECK(global_step_.defined(), "StandardTrainer: a global step variable is required");
+  STRATA_CHECK(global_step_.defined(),
+               "StandardTrainer: a global step variable is required (train::create_global_step())");
+  STRATA_CHECK(is_integral(global_step_.dtype()) && global_step_.shape().empty(),
+               "StandardTrainer: the global step must be an integer scalar, got ", dtype_name(global_step_.dtype()),
+               " ", shape_str(global_step_.shape()));
 }
 
 distribute::DistributedIterator& StandardTrainer::train_iterator() {
@@ -15,32 +31,73 @@ distribute::DistributedIterator& StandardTrainer::train_iterator() {
   return *iterator_;
 }
 
+void StandardTrainer::set_train_dataset(distribute::DistributedDataset dataset) {
+  dataset_ = std::move(dataset);
+  iterator_.reset();
+}
+
+ExtraState StandardTrainer::input_state() {
+  ExtraState e;
+  // Through `this`, not the iterator: set_train_dataset() may replace the iterator.
+  e.save = [this] { return nlohmann::json(train_iterator().save().to_string()); };
+  e.validate = [](const nlohmann::json& j) {
+    STRATA_CHECK(j.is_string(), "StandardTrainer input state: expected a string, got ", j.dump());
+    data::IteratorState::from_string(j.get<std::string>());
+  };
+  e.restore = [this](const nlohmann::json& j) {
+    train_iterator().restore(data::IteratorState::from_string(j.get<std::string>()));
+  };
+  return e;
+}
+
+distribute::PerReplica<data::Batch> StandardTrainer::next_batch(distribute::DistributedIterator& iterator) {
+  auto batch = iterator.next();
+  STRATA_CHECK(batch.has_value(),
+               "StandardTrainer: the training data ended (repeat() the training dataset, or train fewer steps)");
+  return std::move(*batch);
+}
+
 Outputs StandardTrainer::train(int64_t num_steps) {
   STRATA_CHECK(num_steps >= 0, "StandardTrainer::train: num_steps must be >= 0, got ", num_steps);
   train_loop_begin();
   distribute::DistributedIterator& it = train_iterator();
+  int64_t step = read_step(global_step_);
   for (int64_t i = 0; i < num_steps; ++i) {
     train_step(it);
-    // Cross-replica context: every component of the step counter advances once.
-    global_step_.assign_add(Tensor::scalar(1, kInt64));
+    const int64_t after = read_step(global_step_);
+    if (after == step) {
+      // The step did not advance it: do so here, in cross-replica context (every
+      // component of a mirrored step counter moves once).
+      global_step_.assign_add(Tensor::scalar(int64_t(1), kInt64));
+    } else {
+      STRATA_CHECK(after == step + 1, "StandardTrainer::train: train_step moved the global step from ", step,
+                   " to ", after, "; a step may advance it by one (inside strategy.run, the OnlyFirstReplica "
+                   "aggregation counts the replicas' increments once) or leave it to the trainer");
+    }
+    ++step;
   }
   return train_loop_end();
 }
 
+// ---- StandardEvaluator ----
+
 StandardEvaluator::StandardEvaluator(distribute::Strategy& strategy, distribute::DistributedDataset eval_dataset,
-                                     bool reuse_iterator)
-    : strategy_(strategy), dataset_(std::move(eval_dataset)), reuse_iterator_(reuse_iterator) {}
+                                     StandardEvaluatorOptions options)
+    : strategy_(strategy), dataset_(std::move(eval_dataset)), options_(options) {}
 
 Outputs StandardEvaluator::evaluate(int64_t num_steps) {
-  STRATA_CHECK(num_steps >= -1, "StandardEvaluator::evaluate: num_steps must be >= -1, got ", num_steps);
-  if (!reuse_iterator_ || !iterator_) {
+  STRATA_CHECK(num_steps == -1 || num_steps > 0,
+               "StandardEvaluator::evaluate: num_steps must be > 0, or -1 (until the data ends), got ", num_steps);
+  if (options_.recreate_iterator_for_each_eval || !iterator_) {
+    iterator_.reset();  // stop the old iterator's prefetch thread before starting another
     iterator_ = std::make_unique<distribute::DistributedIterator>(dataset_.make_iterator());
   }
   eval_begin();
   for (int64_t i = 0; num_steps < 0 || i < num_steps; ++i) {
-    if (!eval_step(*iterator_)) break;
+    std::optional<Outputs> out = eval_step(*iterator_);
+    if (!out) break;
+    eval_reduce(*out);
   }
-  eval_reduce();
   return eval_end();
 }
 

@@ -1,12 +1,35 @@
-// Orbit's trainer and evaluator interfaces, and their Standard implementations that own
-// the loop over a distributed dataset (orbit.AbstractTrainer / orbit.StandardTrainer).
+// Orbit's trainer and evaluator interfaces (orbit.AbstractTrainer / AbstractEvaluator),
+// and the Standard implementations that own the loop over a distributed dataset
+// (orbit.StandardTrainer / StandardEvaluator).
 //
-// A StandardTrainer subclass supplies train_step(iterator) (which calls strategy.run);
-// the train iterator persists across train() calls so input continues where it stopped.
-// A StandardEvaluator subclass supplies eval_step; its iterator is recreated for every
-// evaluation unless the options say otherwise.
+//   class MyTrainer : public train::StandardTrainer {
+//     using StandardTrainer::StandardTrainer;
+//     void train_loop_begin() override { train_loss.reset_state(); }
+//     void train_step(distribute::DistributedIterator& it) override {
+//       auto batch = next_batch(it);                      // throws when the data ends
+//       strategy().run(step_fn, batch);
+//     }
+//     train::Outputs train_loop_end() override { return {{"loss", ...}}; }
+//   };
+//
+// StandardTrainer::train(n) calls train_loop_begin(), then train_step(iterator) n times,
+// then returns train_loop_end(). The train iterator is created on first use and persists
+// across train() calls, so input continues where the last loop stopped; input_state()
+// puts its position into a Checkpoint for exact resumption.
+//
+// The global step: a train_step may advance it itself, as Orbit trainers do
+// (`global_step.assign_add(1)` inside strategy.run, where the variable's OnlyFirstReplica
+// aggregation makes the replicas' increments count once); when a step leaves it
+// unchanged, StandardTrainer advances it by one after the step. Advancing it by anything
+// else is an error.
+//
+// StandardEvaluator::evaluate(n) recreates its iterator (unless the options say
+// otherwise), calls eval_begin(), then eval_step(iterator) up to n times (-1: until the
+// data ends) passing each step's outputs to eval_reduce(), and returns eval_end().
+// eval_step returns std::nullopt when the iterator is exhausted (no step ran).
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <optional>
@@ -15,6 +38,7 @@
 #include "autograd/variable.h"
 #include "distribute/distributed_dataset.h"
 #include "distribute/strategy.h"
+#include "train/checkpoint.h"
 
 namespace strata::train {
 
@@ -24,16 +48,17 @@ using Outputs = std::map<std::string, double>;
 class AbstractTrainer {
  public:
   virtual ~AbstractTrainer() = default;
-  // Runs num_steps training steps and returns the loop's outputs.
+  // Runs num_steps training steps (advancing the global step by num_steps) and returns
+  // the loop's outputs.
   virtual Outputs train(int64_t num_steps) = 0;
-  // Examples consumed per step (for examples/s), 0 when unknown.
+  // Examples consumed per step (for examples/s in progress reports), 0 when unknown.
   virtual int64_t examples_per_step() const { return 0; }
 };
 
 class AbstractEvaluator {
  public:
   virtual ~AbstractEvaluator() = default;
-  // Evaluates num_steps steps (-1: until the evaluation data ends).
+  // Evaluates num_steps steps (-1: until the evaluation data ends) and returns the outputs.
   virtual Outputs evaluate(int64_t num_steps) = 0;
 };
 
@@ -43,14 +68,24 @@ class StandardTrainer : public AbstractTrainer {
                   Variable global_step);
   Outputs train(int64_t num_steps) override;
 
-  // The persistent input iterator (its state goes into checkpoints for exact resume).
+  // The persistent input iterator (created on first use).
   distribute::DistributedIterator& train_iterator();
+  // The iterator's position as checkpoint extra state: track it in the Checkpoint
+  // ({"train_input", trainer.input_state()}) so a resumed run reads exactly the batches
+  // the uninterrupted run would have read. Valid while the trainer lives.
+  ExtraState input_state();
+  // Replaces the dataset; the next train() starts a new iterator over it.
+  void set_train_dataset(distribute::DistributedDataset dataset);
+  const distribute::DistributedDataset& train_dataset() const { return dataset_; }
 
  protected:
   virtual void train_loop_begin() {}
-  // One step: typically strategy().run(step_fn, *iterator.next()).
+  // One step: typically strategy().run(step_fn, next_batch(iterator)).
   virtual void train_step(distribute::DistributedIterator& iterator) = 0;
   virtual Outputs train_loop_end() { return {}; }
+
+  // The next element, or a strata::Error saying the training data ended (repeat() it).
+  static distribute::PerReplica<data::Batch> next_batch(distribute::DistributedIterator& iterator);
   distribute::Strategy& strategy() const { return strategy_; }
   const Variable& global_step() const { return global_step_; }
 
@@ -61,29 +96,40 @@ class StandardTrainer : public AbstractTrainer {
   std::unique_ptr<distribute::DistributedIterator> iterator_;
 };
 
+struct StandardEvaluatorOptions {
+  // A fresh iterator for every evaluate() (orbit's default); false continues the same
+  // iterator across evaluations (for an infinite or very large eval set).
+  bool recreate_iterator_for_each_eval = true;
+};
+
 class StandardEvaluator : public AbstractEvaluator {
  public:
   StandardEvaluator(distribute::Strategy& strategy, distribute::DistributedDataset eval_dataset,
-                    bool reuse_iterator = false);
+                    StandardEvaluatorOptions options = {});
   Outputs evaluate(int64_t num_steps) override;
+
+  const distribute::DistributedDataset& eval_dataset() const { return dataset_; }
 
  protected:
   virtual void eval_begin() {}
-  // One step; returns false when the iterator is exhausted (no step was run).
-  virtual bool eval_step(distribute::DistributedIterator& iterator) = 0;
-  virtual void eval_reduce() {}
+  // One step; std::nullopt when the iterator is exhausted (no step was run). The
+  // returned outputs (often empty: metrics carry the state) go to eval_reduce.
+  virtual std::optional<Outputs> eval_step(distribute::DistributedIterator& iterator) = 0;
+  // Folds one step's outputs into the evaluation's state (orbit's eval_reduce).
+  virtual void eval_reduce(const Outputs& step_outputs) { (void)step_outputs; }
   virtual Outputs eval_end() = 0;
   distribute::Strategy& strategy() const { return strategy_; }
 
  private:
   distribute::Strategy& strategy_;
   distribute::DistributedDataset dataset_;
-  bool reuse_iterator_;
+  StandardEvaluatorOptions options_;
   std::unique_ptr<distribute::DistributedIterator> iterator_;
 };
 
-// An int64 non-trainable variable with OnlyFirstReplica aggregation, created through the
-// current strategy (Orbit's create_global_step()).
+// An int64 scalar, non-trainable variable named "global_step" with OnlyFirstReplica
+// aggregation, created through the current strategy (orbit.utils.create_global_step()):
+// create it inside the strategy's scope.
 Variable create_global_step();
 
 }  // namespace strata::train

@@ -266,6 +266,22 @@ void ClusterCoordinator::cancel_queued(const std::string& why) {
   for (const auto& c : drained) resolve(c, RemoteValue::Status::Cancelled, {}, why, -1);
 }
 
+void ClusterCoordinator::fail_closure(const std::shared_ptr<Closure>& closure, const std::string& message,
+                                      int worker) {
+  // The error and the cancellation of what is queued happen together, and before the
+  // failed closure is resolved: join() (which waits for it) then reports the error, and a
+  // closure scheduled after that is never cancelled by this failure.
+  std::deque<std::shared_ptr<Closure>> drained;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (error_.empty()) error_ = message;
+    drained.swap(queue_);
+  }
+  for (const auto& c : drained)
+    resolve(c, RemoteValue::Status::Cancelled, {}, "cancelled after an earlier closure failed: " + message, -1);
+  resolve(closure, RemoteValue::Status::Failed, {}, message, worker);
+}
+
 void ClusterCoordinator::set_fatal(const std::string& message) {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -420,13 +436,8 @@ bool ClusterCoordinator::run_on(int w, const std::shared_ptr<Closure>& closure) 
     now = Clock::now();
     if (reply && reply->id == run_id) {
       if (!reply->ok) {
-        const std::string msg = "closure '" + closure->function + "' failed on worker " + r.label + ": " + reply->error;
-        {
-          std::lock_guard<std::mutex> lock(mu_);
-          if (error_.empty()) error_ = msg;
-        }
-        resolve(closure, RemoteValue::Status::Failed, {}, msg, w);
-        cancel_queued("cancelled after an earlier closure failed: " + msg);
+        fail_closure(closure, "closure '" + closure->function + "' failed on worker " + r.label + ": " + reply->error,
+                     w);
         return true;
       }
       const json& h = reply->message.header;
@@ -448,13 +459,7 @@ bool ClusterCoordinator::run_on(int w, const std::shared_ptr<Closure>& closure) 
         resolve(closure, RemoteValue::Status::Failed, {}, msg, w);
         return true;
       }
-      const std::string msg = "closure '" + closure->function + "' failed on worker " + r.label + ": " + message;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (error_.empty()) error_ = msg;
-      }
-      resolve(closure, RemoteValue::Status::Failed, {}, msg, w);
-      cancel_queued("cancelled after an earlier closure failed: " + msg);
+      fail_closure(closure, "closure '" + closure->function + "' failed on worker " + r.label + ": " + message, w);
       return true;
     }
     if (reply) {
@@ -483,12 +488,7 @@ bool ClusterCoordinator::run_on(int w, const std::shared_ptr<Closure>& closure) 
                               " (ClusterCoordinatorOptions::closure_timeout_seconds)";
       r.alive = false;
       r.client->reset();
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (error_.empty()) error_ = msg;
-      }
-      resolve(closure, RemoteValue::Status::Failed, {}, msg, w);
-      cancel_queued("cancelled after an earlier closure failed: " + msg);
+      fail_closure(closure, msg, w);
       return false;
     }
     if (now >= next_ping) {

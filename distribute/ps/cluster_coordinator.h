@@ -203,6 +203,7 @@ class ClusterCoordinator {
   bool run_on(int worker, const std::shared_ptr<Closure>& closure);
   void resolve(const std::shared_ptr<Closure>& closure, RemoteValue::Status status, std::vector<Tensor> result,
                const std::string& error, int worker);
+  void fail_closure(const std::shared_ptr<Closure>& closure, const std::string& message, int worker);
   void set_fatal(const std::string& message);
   void cancel_queued(const std::string& why);
   void throw_if_failed();

@@ -331,6 +331,8 @@ const std::string& RpcServer::name() const { return impl_->name; }
 // ---------------------------------------------------------------------------- client
 
 struct RpcClient::Impl {
+  // Held for a whole call(): a reply taken by one caller's receive must not be one that
+  // another caller is waiting for.
   std::mutex mu;
   std::string endpoint;
   std::unique_ptr<zmq::socket_t> sock;
@@ -361,6 +363,10 @@ RpcClient::~RpcClient() = default;
 
 uint64_t RpcClient::send(const std::string& method, const RpcMessage& request, double timeout_seconds) {
   std::lock_guard<std::mutex> lock(impl_->mu);
+  return send_locked(method, request, timeout_seconds);
+}
+
+uint64_t RpcClient::send_locked(const std::string& method, const RpcMessage& request, double timeout_seconds) {
   zmq::socket_t& sock = impl_->socket();
   const uint64_t id = impl_->next_id++;
   std::vector<zmq::message_t> frames;
@@ -383,6 +389,10 @@ uint64_t RpcClient::send(const std::string& method, const RpcMessage& request, d
 
 std::optional<RpcClient::Reply> RpcClient::receive(double timeout_seconds) {
   std::lock_guard<std::mutex> lock(impl_->mu);
+  return receive_locked(timeout_seconds);
+}
+
+std::optional<RpcClient::Reply> RpcClient::receive_locked(double timeout_seconds) {
   zmq::socket_t& sock = impl_->socket();
   const auto deadline = Clock::now() + std::chrono::milliseconds(to_ms(timeout_seconds));
   std::vector<zmq::message_t> parts;
@@ -412,11 +422,12 @@ std::optional<RpcClient::Reply> RpcClient::receive(double timeout_seconds) {
 }
 
 RpcMessage RpcClient::call(const std::string& method, const RpcMessage& request, double timeout_seconds) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
   const auto start = Clock::now();
-  const uint64_t id = send(method, request, timeout_seconds);
+  const uint64_t id = send_locked(method, request, timeout_seconds);
   for (;;) {
     const double left = timeout_seconds - std::chrono::duration<double>(Clock::now() - start).count();
-    std::optional<Reply> r = left > 0 ? receive(left) : std::nullopt;
+    std::optional<Reply> r = left > 0 ? receive_locked(left) : std::nullopt;
     if (!r) {
       throw RpcError(RpcStatus::DeadlineExceeded, peer_,
                      "rpc '" + method + "' to " + peer_ + " (" + address_ + "): no reply within " +
@@ -463,6 +474,8 @@ RpcClient::~RpcClient() = default;
 RpcMessage RpcClient::call(const std::string&, const RpcMessage&, double) { no_zmq("RpcClient::call"); }
 uint64_t RpcClient::send(const std::string&, const RpcMessage&, double) { no_zmq("RpcClient::send"); }
 std::optional<RpcClient::Reply> RpcClient::receive(double) { no_zmq("RpcClient::receive"); }
+uint64_t RpcClient::send_locked(const std::string&, const RpcMessage&, double) { no_zmq("RpcClient::send"); }
+std::optional<RpcClient::Reply> RpcClient::receive_locked(double) { no_zmq("RpcClient::receive"); }
 void RpcClient::reset() {}
 
 #endif

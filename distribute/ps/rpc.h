@@ -89,7 +89,8 @@ class RpcServer {
   std::unique_ptr<Impl> impl_;
 };
 
-// One connection to a server. Thread-safe (calls are serialised).
+// One connection to a server. Thread-safe: calls from several threads are serialised
+// (each call holds the connection until its reply arrives or its deadline passes).
 class RpcClient {
  public:
   // `address` is "host:port"; `peer` names the server in errors ("ps 0").
@@ -125,6 +126,9 @@ class RpcClient {
   const std::string& address() const { return address_; }
 
  private:
+  uint64_t send_locked(const std::string& method, const RpcMessage& request, double timeout_seconds);
+  std::optional<Reply> receive_locked(double timeout_seconds);
+
   struct Impl;
   std::string address_;
   std::string peer_;

@@ -19,7 +19,10 @@ Sigmoid::Sigmoid()
           std::make_shared<ActivationImpl>("sigmoid", [](const Tensor& x) { return sigmoid(x); })) {}
 
 Softmax::Softmax(int64_t axis)
-    : ModuleHolder(std::make_shared<ActivationImpl>(
-          "softmax", [axis](const Tensor& x) { return softmax(x, axis); })) {}
+    : ModuleHolder(std::make_shared<ActivationImpl>("softmax", [axis](const Tensor& x) {
+        // In float32 under a half compute dtype (mixed precision), cast back after.
+        if (!is_half(x.dtype())) return softmax(x, axis);
+        return cast(softmax(cast(x, kFloat32), axis), x.dtype());
+      })) {}
 
 }  // namespace strata::nn

@@ -41,6 +41,9 @@ class Sigmoid : public ModuleHolder<ActivationImpl> {
   Sigmoid();
 };
 
+// Computes in float32 when its input is float16/bfloat16 (mixed precision) and returns
+// the compute dtype; give an output Softmax the "float32" policy for float32 probabilities,
+// as Keras recommends.
 class Softmax : public ModuleHolder<ActivationImpl> {
  public:
   explicit Softmax(int64_t axis = -1);

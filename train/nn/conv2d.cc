@@ -13,18 +13,20 @@ Conv2DImpl::Conv2DImpl(int64_t in_channels, int64_t filters, std::array<int64_t,
   STRATA_CHECK(options_.strides[0] > 0 && options_.strides[1] > 0,
                "nn::Conv2D: strides must be positive, got [", options_.strides[0], ",",
                options_.strides[1], "]");
+  if (options_.dtype) set_dtype_policy(*options_.dtype);
   kernel_ = add_weight("kernel", {kernel_size[0], kernel_size[1], in_channels, filters},
-                       options_.dtype, options_.kernel_initializer);
+                       variable_dtype(), options_.kernel_initializer);
   if (options_.use_bias)
-    bias_ = add_weight("bias", {filters}, options_.dtype, options_.bias_initializer);
+    bias_ = add_weight("bias", {filters}, variable_dtype(), options_.bias_initializer);
 }
 
-Tensor Conv2DImpl::forward(const Tensor& x) {
+Tensor Conv2DImpl::forward(const Tensor& input) {
+  const Tensor x = autocast(input);
   STRATA_CHECK(x.ndim() == 4 && x.dim(3) == in_channels_,
                "nn::Conv2D: expected an NHWC input [N, H, W, ", in_channels_, "], got ",
                shape_str(x.shape()));
-  Tensor y = conv2d(x, kernel_.read(), options_.strides, options_.padding);
-  if (bias_.defined()) y = add(y, bias_.read());
+  Tensor y = conv2d(x, read_variable(kernel_), options_.strides, options_.padding);
+  if (bias_.defined()) y = add(y, read_variable(bias_));
   return y;
 }
 

@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 
 #include "core/op_attrs.h"
 #include "train/nn/module.h"
@@ -14,7 +15,9 @@ struct Conv2DOptions {
   std::array<int64_t, 2> strides{1, 1};
   Padding padding = Padding::Valid;  // Same is TensorFlow's SAME (extra pad bottom/right)
   bool use_bias = true;
-  DType dtype = kFloat32;
+  // The layer's dtype policy (a mixed_precision::Policy, its name or a DType); by default
+  // the global policy when the layer is constructed.
+  std::optional<mixed_precision::Policy> dtype{};
   Initializer kernel_initializer = glorot_uniform();
   Initializer bias_initializer = zeros_initializer();
 };

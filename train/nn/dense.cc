@@ -8,23 +8,25 @@ DenseImpl::DenseImpl(int64_t in_features, int64_t units, DenseOptions options)
     : Module("dense"), in_features_(in_features), units_(units) {
   STRATA_CHECK(in_features > 0 && units > 0, "nn::Dense: in_features and units must be positive, got ",
                in_features, " and ", units);
-  kernel_ = add_weight("kernel", {in_features, units}, options.dtype, options.kernel_initializer);
+  if (options.dtype) set_dtype_policy(*options.dtype);
+  kernel_ = add_weight("kernel", {in_features, units}, variable_dtype(), options.kernel_initializer);
   if (options.use_bias)
-    bias_ = add_weight("bias", {units}, options.dtype, options.bias_initializer);
+    bias_ = add_weight("bias", {units}, variable_dtype(), options.bias_initializer);
 }
 
-Tensor DenseImpl::forward(const Tensor& x) {
+Tensor DenseImpl::forward(const Tensor& input) {
+  const Tensor x = autocast(input);
   STRATA_CHECK(x.ndim() >= 1 && x.dim(-1) == in_features_, "nn::Dense: expected input [..., ",
                in_features_, "], got ", shape_str(x.shape()));
   Tensor y;
   if (x.ndim() == 2) {
-    y = matmul(x, kernel_.read());
+    y = matmul(x, read_variable(kernel_));
   } else {
     Shape out_shape = x.shape();
     out_shape.back() = units_;
-    y = matmul(reshape(x, {-1, in_features_}), kernel_.read()).reshape(out_shape);
+    y = matmul(reshape(x, {-1, in_features_}), read_variable(kernel_)).reshape(out_shape);
   }
-  if (bias_.defined()) y = add(y, bias_.read());
+  if (bias_.defined()) y = add(y, read_variable(bias_));
   return y;
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "train/nn/module.h"
 
@@ -11,7 +12,9 @@ namespace strata::nn {
 
 struct DenseOptions {
   bool use_bias = true;
-  DType dtype = kFloat32;
+  // The layer's dtype policy (a mixed_precision::Policy, its name or a DType); by default
+  // the global policy when the layer is constructed.
+  std::optional<mixed_precision::Policy> dtype{};
   Initializer kernel_initializer = glorot_uniform();
   Initializer bias_initializer = zeros_initializer();
 };

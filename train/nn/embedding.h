@@ -3,13 +3,16 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "train/nn/module.h"
 
 namespace strata::nn {
 
 struct EmbeddingOptions {
-  DType dtype = kFloat32;
+  // The layer's dtype policy (a mixed_precision::Policy, its name or a DType); by default
+  // the global policy when the layer is constructed.
+  std::optional<mixed_precision::Policy> dtype{};
   Initializer embeddings_initializer = random_uniform(-0.05, 0.05);
 };
 

@@ -6,10 +6,26 @@
 
 namespace strata::nn {
 
-Module::Module(std::string kind) : kind_(std::move(kind)) {}
+Module::Module(std::string kind) : kind_(std::move(kind)), policy_(mixed_precision::global_policy()) {}
 
 Tensor Module::forward(const Tensor&) {
   fail("nn::Module '", kind_, "': this module has no single-input forward()");
+}
+
+Tensor Module::call(const Tensor& x) {
+  bool cast = autocast_ && explicit_policy_;
+  for (size_t i = 0; autocast_ && !cast && i < variables_.size(); ++i)
+    cast = is_floating(variables_[i].second.dtype());
+  return forward(cast ? autocast(x) : x);
+}
+
+void Module::set_dtype_policy(const mixed_precision::Policy& policy) {
+  for (const auto& [name, v] : variables_)
+    STRATA_CHECK(!is_floating(v.dtype()) || v.dtype() == policy.variable_dtype(), "nn::", kind_,
+                 ": cannot set the dtype policy '", policy.name(), "' (variables in ",
+                 policy.variable_dtype(), "): variable '", name, "' already exists in ", v.dtype());
+  policy_ = policy;
+  explicit_policy_ = true;
 }
 
 void Module::check_new_name(const std::string& name, const char* what) const {

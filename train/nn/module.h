@@ -17,6 +17,17 @@
 //
 // Variables are created with autograd::Variable(initial, options), i.e. through the
 // current variable creator: inside a strategy's scope they become distributed variables.
+//
+// Mixed precision (train/policy.h): every module has a dtype policy, the global policy
+// when it was constructed unless its options name one. Layers create their variables in
+// the variable dtype and read them through read_variable(), which casts them to the
+// compute dtype. Calling a module through a handle (AnyModule::operator()) casts floating
+// inputs to the compute dtype first when the module owns floating variables or was given
+// a policy explicitly (set_dtype_policy, a layer's `dtype` option). Parameter-free layers
+// without an explicit policy (activations, pooling, Flatten, Dropout) keep their input's
+// dtype — there is nothing to match, and under a mixed policy their input already comes
+// in the compute dtype from the layer before — and containers such as Sequential leave
+// casting to their layers.
 #pragma once
 
 #include <memory>
@@ -27,6 +38,7 @@
 #include "autograd/variable.h"
 #include "core/tensor.h"
 #include "train/nn/initializers.h"
+#include "train/policy.h"
 
 namespace strata::nn {
 
@@ -47,6 +59,18 @@ class Module : public std::enable_shared_from_this<Module> {
   // The layer's computation. The default throws: containers without a single-input
   // forward (user modules with several inputs) define their own call methods.
   virtual Tensor forward(const Tensor& x);
+  // forward() on x, autocast to the compute dtype as described above (what calling a
+  // handle runs).
+  Tensor call(const Tensor& x);
+
+  // The dtype policy (Keras's layer.dtype_policy) and its two dtypes.
+  const mixed_precision::Policy& dtype_policy() const { return policy_; }
+  DType compute_dtype() const { return policy_.compute_dtype(); }
+  DType variable_dtype() const { return policy_.variable_dtype(); }
+  // Sets the policy explicitly. Variables already created keep their dtype, so the new
+  // variable dtype must match theirs (in practice: switch between a mixed policy and
+  // float32, or set the policy of a layer without variables); otherwise this throws.
+  void set_dtype_policy(const mixed_precision::Policy& policy);
 
   const std::string& kind() const { return kind_; }
 
@@ -83,11 +107,22 @@ class Module : public std::enable_shared_from_this<Module> {
   // Removes every registered submodule (Sequential rebuilding its list).
   void clear_modules() { children_.clear(); }
 
+  // x cast to the compute dtype when floating (layers call it on their input too, so
+  // that calling forward() directly behaves like calling the handle).
+  Tensor autocast(const Tensor& x) const { return mixed_precision::autocast(x, compute_dtype()); }
+  // v.read() (watched by tapes) cast to the compute dtype when floating.
+  Tensor read_variable(const Variable& v) const { return autocast(v.read()); }
+  // Whether call() casts inputs; containers switch it off (their layers cast).
+  void set_autocast(bool autocast) { autocast_ = autocast; }
+
  private:
   void check_new_name(const std::string& name, const char* what) const;
 
   std::string kind_;
   bool training_ = true;
+  bool autocast_ = true;
+  bool explicit_policy_ = false;  // set_dtype_policy was called
+  mixed_precision::Policy policy_;
   std::vector<std::pair<std::string, Variable>> variables_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
 };
@@ -98,8 +133,8 @@ class AnyModule {
   AnyModule() = default;
   AnyModule(std::shared_ptr<Module> module) : module_(std::move(module)) {}  // NOLINT
 
-  // Runs the module's forward.
-  Tensor operator()(const Tensor& x) const { return module().forward(x); }
+  // Runs the module's forward on x autocast to its compute dtype.
+  Tensor operator()(const Tensor& x) const { return module().call(x); }
 
   std::vector<NamedVariable> named_variables(const std::string& prefix = "") const {
     return module().named_variables(prefix);
@@ -111,6 +146,10 @@ class AnyModule {
   }
   bool training() const { return module().training(); }
   void set_training(bool training) const { module().set_training(training); }
+  const mixed_precision::Policy& dtype_policy() const { return module().dtype_policy(); }
+  void set_dtype_policy(const mixed_precision::Policy& policy) const {
+    module().set_dtype_policy(policy);
+  }
 
   bool defined() const { return module_ != nullptr; }
   Module& module() const;

@@ -11,6 +11,11 @@ using autograd::VariableAggregation;
 using autograd::VariableOptions;
 using autograd::VariableSynchronization;
 
+namespace {
+// Where normalisation statistics are computed: float32 for a half compute dtype.
+DType statistics_dtype(DType compute) { return is_half(compute) ? kFloat32 : compute; }
+}  // namespace
+
 BatchNormalizationImpl::BatchNormalizationImpl(int64_t num_features,
                                                BatchNormalizationOptions options)
     : Module("batch_normalization"), num_features_(num_features), options_(std::move(options)) {
@@ -20,9 +25,10 @@ BatchNormalizationImpl::BatchNormalizationImpl(int64_t num_features,
                "nn::BatchNormalization: momentum must be in [0, 1], got ", options_.momentum);
   STRATA_CHECK(options_.epsilon > 0.0, "nn::BatchNormalization: epsilon must be positive, got ",
                options_.epsilon);
+  if (options_.dtype) set_dtype_policy(*options_.dtype);
   const Shape shape{num_features};
-  if (options_.scale) gamma_ = add_weight("gamma", shape, options_.dtype, options_.gamma_initializer);
-  if (options_.center) beta_ = add_weight("beta", shape, options_.dtype, options_.beta_initializer);
+  if (options_.scale) gamma_ = add_weight("gamma", shape, variable_dtype(), options_.gamma_initializer);
+  if (options_.center) beta_ = add_weight("beta", shape, variable_dtype(), options_.beta_initializer);
   auto moving = [] {
     VariableOptions o;
     o.trainable = false;
@@ -30,19 +36,22 @@ BatchNormalizationImpl::BatchNormalizationImpl(int64_t num_features,
     o.aggregation = VariableAggregation::Mean;
     return o;
   };
-  moving_mean_ = add_weight("moving_mean", shape, options_.dtype,
+  moving_mean_ = add_weight("moving_mean", shape, variable_dtype(),
                             options_.moving_mean_initializer, moving());
-  moving_variance_ = add_weight("moving_variance", shape, options_.dtype,
+  moving_variance_ = add_weight("moving_variance", shape, variable_dtype(),
                                 options_.moving_variance_initializer, moving());
 }
 
-Tensor BatchNormalizationImpl::forward(const Tensor& x) {
-  STRATA_CHECK(x.ndim() >= 1, "nn::BatchNormalization: expected an input with a feature axis");
-  const int64_t axis = normalize_axis(options_.axis, x.ndim(), "nn::BatchNormalization");
-  STRATA_CHECK(x.dim(axis) == num_features_, "nn::BatchNormalization: expected ", num_features_,
-               " features on axis ", axis, ", got input ", shape_str(x.shape()));
-  STRATA_CHECK(x.dtype() == options_.dtype, "nn::BatchNormalization: input dtype ", x.dtype(),
-               " differs from the layer's ", options_.dtype);
+Tensor BatchNormalizationImpl::forward(const Tensor& input) {
+  STRATA_CHECK(input.ndim() >= 1, "nn::BatchNormalization: expected an input with a feature axis");
+  STRATA_CHECK(is_floating(input.dtype()), "nn::BatchNormalization: expected a floating input, got ",
+               input.dtype());
+  const int64_t axis = normalize_axis(options_.axis, input.ndim(), "nn::BatchNormalization");
+  STRATA_CHECK(input.dim(axis) == num_features_, "nn::BatchNormalization: expected ", num_features_,
+               " features on axis ", axis, ", got input ", shape_str(input.shape()));
+  // Statistics and normalisation run in float32 under a half compute dtype (mixed
+  // precision); the result is cast back to the compute dtype.
+  const Tensor x = mixed_precision::autocast(input, statistics_dtype(compute_dtype()));
   // Statistics are shaped to broadcast against x: extent 1 everywhere but `axis`.
   Shape stat_shape(size_t(x.ndim()), 1);
   stat_shape[size_t(axis)] = num_features_;
@@ -50,6 +59,8 @@ Tensor BatchNormalizationImpl::forward(const Tensor& x) {
   for (int64_t a = 0; a < x.ndim(); ++a)
     if (a != axis) reduce_axes.push_back(a);
 
+  // Variables in the statistics' dtype (a no-op unless a policy stores them in another).
+  auto as_x = [&](const Tensor& t) { return mixed_precision::autocast(t, x.dtype()); };
   Tensor mean_b, var_b;
   if (training()) {
     STRATA_CHECK(x.numel() > 0, "nn::BatchNormalization: empty batch in training mode");
@@ -60,16 +71,17 @@ Tensor BatchNormalizationImpl::forward(const Tensor& x) {
     for (auto [var, batch] : {std::pair{moving_mean_, mean_b}, std::pair{moving_variance_, var_b}}) {
       // In place on this replica's component (sync-on-read: each replica keeps its own).
       Tensor moving = var.value();
-      moving.copy_(sub(moving, sub(moving, batch.reshape({num_features_})) * decay));
+      const Tensor m = as_x(moving);
+      moving.copy_(sub(m, sub(m, batch.reshape({num_features_})) * decay));
     }
   } else {
-    mean_b = moving_mean_.value().reshape(stat_shape);
-    var_b = moving_variance_.value().reshape(stat_shape);
+    mean_b = as_x(moving_mean_.value()).reshape(stat_shape);
+    var_b = as_x(moving_variance_.value()).reshape(stat_shape);
   }
   Tensor y = mul(sub(x, mean_b), rsqrt(var_b + options_.epsilon));
-  if (gamma_.defined()) y = mul(y, gamma_.read().reshape(stat_shape));
-  if (beta_.defined()) y = add(y, beta_.read().reshape(stat_shape));
-  return y;
+  if (gamma_.defined()) y = mul(y, as_x(gamma_.read()).reshape(stat_shape));
+  if (beta_.defined()) y = add(y, as_x(beta_.read()).reshape(stat_shape));
+  return autocast(y);
 }
 
 LayerNormalizationImpl::LayerNormalizationImpl(int64_t dim, LayerNormalizationOptions options)
@@ -77,16 +89,22 @@ LayerNormalizationImpl::LayerNormalizationImpl(int64_t dim, LayerNormalizationOp
   STRATA_CHECK(dim > 0, "nn::LayerNormalization: dim must be positive, got ", dim);
   STRATA_CHECK(options_.epsilon > 0.0, "nn::LayerNormalization: epsilon must be positive, got ",
                options_.epsilon);
-  if (options_.scale) gamma_ = add_weight("gamma", {dim}, options_.dtype, options_.gamma_initializer);
-  if (options_.center) beta_ = add_weight("beta", {dim}, options_.dtype, options_.beta_initializer);
+  if (options_.dtype) set_dtype_policy(*options_.dtype);
+  if (options_.scale) gamma_ = add_weight("gamma", {dim}, variable_dtype(), options_.gamma_initializer);
+  if (options_.center) beta_ = add_weight("beta", {dim}, variable_dtype(), options_.beta_initializer);
 }
 
-Tensor LayerNormalizationImpl::forward(const Tensor& x) {
-  STRATA_CHECK(x.ndim() >= 1 && x.dim(-1) == dim_, "nn::LayerNormalization: expected input [..., ",
-               dim_, "], got ", shape_str(x.shape()));
-  const Tensor gamma = gamma_.defined() ? gamma_.read() : ones({dim_}, x.dtype(), x.device());
-  const Tensor beta = beta_.defined() ? beta_.read() : zeros({dim_}, x.dtype(), x.device());
-  return layer_norm(x, gamma, beta, options_.epsilon);
+Tensor LayerNormalizationImpl::forward(const Tensor& input) {
+  STRATA_CHECK(input.ndim() >= 1 && input.dim(-1) == dim_, "nn::LayerNormalization: expected input [..., ",
+               dim_, "], got ", shape_str(input.shape()));
+  STRATA_CHECK(is_floating(input.dtype()), "nn::LayerNormalization: expected a floating input, got ",
+               input.dtype());
+  // Normalised in float32 under a half compute dtype, then cast back (mixed precision).
+  const Tensor x = mixed_precision::autocast(input, statistics_dtype(compute_dtype()));
+  auto as_x = [&](const Tensor& t) { return mixed_precision::autocast(t, x.dtype()); };
+  const Tensor gamma = gamma_.defined() ? as_x(gamma_.read()) : ones({dim_}, x.dtype(), x.device());
+  const Tensor beta = beta_.defined() ? as_x(beta_.read()) : zeros({dim_}, x.dtype(), x.device());
+  return autocast(layer_norm(x, gamma, beta, options_.epsilon));
 }
 
 }  // namespace strata::nn

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "train/nn/module.h"
 
@@ -20,7 +21,9 @@ struct BatchNormalizationOptions {
   double epsilon = 1e-3;
   bool center = true;  // learn beta
   bool scale = true;   // learn gamma
-  DType dtype = kFloat32;
+  // The layer's dtype policy (a mixed_precision::Policy, its name or a DType); by default
+  // the global policy when the layer is constructed.
+  std::optional<mixed_precision::Policy> dtype{};
   Initializer beta_initializer = zeros_initializer();
   Initializer gamma_initializer = ones_initializer();
   Initializer moving_mean_initializer = zeros_initializer();
@@ -55,7 +58,9 @@ struct LayerNormalizationOptions {
   double epsilon = 1e-3;
   bool center = true;
   bool scale = true;
-  DType dtype = kFloat32;
+  // The layer's dtype policy (a mixed_precision::Policy, its name or a DType); by default
+  // the global policy when the layer is constructed.
+  std::optional<mixed_precision::Policy> dtype{};
   Initializer beta_initializer = zeros_initializer();
   Initializer gamma_initializer = ones_initializer();
 };

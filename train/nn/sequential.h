@@ -18,7 +18,8 @@ namespace strata::nn {
 
 class SequentialImpl : public Module {
  public:
-  SequentialImpl() : Module("sequential") {}
+  // A container does not cast its input: each layer casts to its own policy.
+  SequentialImpl() : Module("sequential") { set_autocast(false); }
   Tensor forward(const Tensor& x) override;
 
   // Appends a layer named by its kind; returns the name it got.

@@ -1,0 +1,230 @@
+// fit / evaluate / predict: the same weights and logs under Default and Mirrored(2) (and
+// CentralStorage(2)), validation logs, callbacks, resuming from model_dir, and the
+// misuses (a model of another strategy, plain variables under a multi-replica strategy,
+// unknown metrics, a dataset without a length, a loss that is not per-example).
+#include "tests/train/controller_test_util.h"
+#include "train/fit.h"
+#include "train/sgd.h"
+
+using namespace strata;
+using namespace strata::testing::orbit;
+
+namespace {
+
+struct Data {
+  data::Dataset train, val;
+  Tensor val_x;
+};
+
+Data make_data() {
+  data::SyntheticOptions so;
+  so.num_examples = 320;
+  so.num_classes = 4;
+  so.feature_shape = {16};
+  so.seed = 3;
+  so.separation = 0.5;
+  auto all = data::make_synthetic_classification(so);
+  auto tr = all.slice(0, 256), va = all.slice(256, 320);
+  // 256 / 32 = 8 steps per epoch; the validation set ends with a short batch (64 = 24+24+16).
+  return {tr.dataset().shuffle(256, 5).batch(32), va.dataset().batch(24), va.features};
+}
+
+nn::Sequential make_model() {
+  nn::set_global_seed(21);
+  return nn::Sequential{nn::Dense(16, 32), nn::ReLU(), nn::Dense(32, 4)};
+}
+
+train::LossFn sparse_ce() {
+  return [](const Tensor& y, const Tensor& logits) {
+    return losses::sparse_categorical_crossentropy(y, logits, /*from_logits=*/true);
+  };
+}
+
+struct FitResult {
+  train::History history;
+  std::vector<std::vector<double>> weights;
+  train::Outputs eval;
+  Tensor predictions;
+};
+
+FitResult fit_under(distribute::Strategy& strategy, int64_t epochs, const std::string& model_dir = "") {
+  auto scope = strategy.scope();
+  nn::Sequential model = make_model();
+  optim::Optimizer opt = optim::Adam(1e-2);
+  Data d = make_data();
+  train::FitOptions o;
+  o.epochs = epochs;
+  o.validation_data = d.val;
+  o.metrics = {"accuracy"};
+  o.model_dir = model_dir;
+  o.verbose = train::Verbosity::Quiet;
+  FitResult r;
+  r.history = train::fit(model, sparse_ce(), opt, d.train, o);
+  for (const Variable& v : model.variables()) r.weights.push_back(v.value().to_vector<double>());
+  train::EvaluateOptions eo;
+  eo.metrics = {"accuracy"};
+  r.eval = train::evaluate(model, sparse_ce(), d.val, eo);
+  r.predictions = train::predict(model, d.val);
+  return r;
+}
+
+void require_close(const std::vector<double>& a, const std::vector<double>& b, double tol) {
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) REQUIRE(a[i] == Approx(b[i]).margin(tol).epsilon(tol));
+}
+
+}  // namespace
+
+TEST_CASE("fit: Default, Mirrored(2) and CentralStorage(2) give the same weights and logs") {
+  auto def = make("default");
+  const FitResult base = fit_under(*def, 3);
+  REQUIRE(base.history.epochs == std::vector<int64_t>{0, 1, 2});
+  for (const char* key : {"loss", "accuracy", "val_loss", "val_accuracy"}) {
+    INFO(key);
+    REQUIRE(base.history.history.count(key));
+    REQUIRE(base.history.history.at(key).size() == 3);
+  }
+  REQUIRE(base.history.history.size() == 4);  // no steps_per_second among the logs
+  // It learns.
+  REQUIRE(base.history.history.at("loss").back() < base.history.history.at("loss").front());
+  REQUIRE(base.history.history.at("val_accuracy").back() > 0.5);
+  // evaluate() agrees with the last validation logs (same weights, same data).
+  REQUIRE(base.eval.at("loss") == Approx(base.history.history.at("val_loss").back()).epsilon(1e-9));
+  REQUIRE(base.eval.at("accuracy") == Approx(base.history.history.at("val_accuracy").back()).epsilon(1e-9));
+  REQUIRE(base.predictions.shape() == Shape{64, 4});
+
+  for (const auto& [name, replicas] : std::vector<std::pair<std::string, int>>{{"mirrored", 2}, {"central_storage", 2}}) {
+    INFO(name);
+    auto strategy = make(name, replicas);
+    const FitResult r = fit_under(*strategy, 3);
+    REQUIRE(r.weights.size() == base.weights.size());
+    for (size_t i = 0; i < r.weights.size(); ++i) require_close(r.weights[i], base.weights[i], 1e-5);
+    for (const auto& [key, values] : base.history.history) require_close(r.history.history.at(key), values, 1e-5);
+    require_close(r.predictions.to_vector<double>(), base.predictions.to_vector<double>(), 1e-5);
+    REQUIRE(r.eval.at("loss") == Approx(base.eval.at("loss")).epsilon(1e-5));
+  }
+}
+
+TEST_CASE("fit: model_dir checkpoints every epoch and a second fit resumes") {
+  TempDir dir("fit_resume");
+  auto def = make("default");
+  const FitResult straight = fit_under(*def, 3);
+
+  const FitResult first = fit_under(*def, 1, dir.path.string());
+  REQUIRE(first.history.epochs == std::vector<int64_t>{0});
+  REQUIRE(fs::exists(dir.path / "checkpoints" / "ckpt-8.manifest.json"));
+  REQUIRE(steps_of(read_scalars(dir.path / "train"), "loss") == std::vector<int64_t>{8});
+  REQUIRE(steps_of(read_scalars(dir.path / "validation"), "accuracy") == std::vector<int64_t>{8});
+
+  // A new model (same init seed, but the checkpoint decides) resumes at epoch 1.
+  const FitResult resumed = fit_under(*def, 3, dir.path.string());
+  REQUIRE(resumed.history.epochs == std::vector<int64_t>{1, 2});
+  REQUIRE(resumed.weights == straight.weights);  // bitwise: the input position was restored too
+  REQUIRE(resumed.history.history.at("loss") ==
+          std::vector<double>(straight.history.history.at("loss").begin() + 1, straight.history.history.at("loss").end()));
+  REQUIRE(fs::exists(dir.path / "checkpoints" / "ckpt-24.manifest.json"));
+}
+
+TEST_CASE("fit: callbacks see every epoch and can stop training") {
+  auto def = make("default");
+  auto scope = def->scope();
+  nn::Sequential model = make_model();
+  optim::Optimizer opt = optim::SGD(0.1);
+  Data d = make_data();
+  std::vector<std::string> calls;
+  train::LambdaCallback recorder;
+  recorder.train_begin = [&] { calls.push_back("train_begin"); };
+  recorder.epoch_begin = [&](int64_t e) { calls.push_back("epoch_begin " + std::to_string(e)); };
+  recorder.epoch_end = [&](int64_t e, const train::Outputs& logs) {
+    REQUIRE(logs.count("loss"));
+    REQUIRE_FALSE(logs.count("val_loss"));  // no validation data
+    calls.push_back("epoch_end " + std::to_string(e));
+  };
+  recorder.train_end = [&](const train::History& h) { calls.push_back("train_end " + std::to_string(h.epochs.size())); };
+  class StopAfter final : public train::Callback {
+   public:
+    void on_epoch_end(int64_t epoch, const train::Outputs&) override {
+      if (epoch == 1) request_stop();
+    }
+  } stopper;
+  train::FitOptions o;
+  o.epochs = 10;
+  o.callbacks = {&recorder, &stopper};
+  o.steps_per_epoch = 3;
+  o.verbose = train::Verbosity::Quiet;
+  const train::History h = train::fit(model, losses::SparseCategoricalCrossentropy(/*from_logits=*/true), opt, d.train, o);
+  REQUIRE(h.epochs == std::vector<int64_t>{0, 1});
+  REQUIRE(calls == std::vector<std::string>{"train_begin", "epoch_begin 0", "epoch_end 0", "epoch_begin 1",
+                                            "epoch_end 1", "train_end 2"});
+  REQUIRE(opt.iterations_value() == 6);
+}
+
+TEST_CASE("fit: predict keeps the example order and matches the model under every strategy") {
+  Data d = make_data();
+  auto def = make("default");
+  Tensor expected;
+  {
+    auto scope = def->scope();
+    expected = make_model()(d.val_x);
+  }
+  for (const auto& [name, replicas] : std::vector<std::pair<std::string, int>>{{"default", 0}, {"mirrored", 2}}) {
+    INFO(name);
+    auto strategy = make(name, replicas);
+    auto scope = strategy->scope();
+    nn::Sequential model = make_model();
+    train::PredictOptions po;
+    REQUIRE_ALLCLOSE(train::predict(model, d.val, po), expected, 1e-5, 1e-6);
+    po.steps = 2;
+    REQUIRE(train::predict(model, d.val, po).shape() == Shape{48, 4});
+    REQUIRE(model.training());  // restored after inference
+  }
+}
+
+TEST_CASE("fit: misuse raises errors naming the problem") {
+  Data d = make_data();
+  auto mirrored = make("mirrored", 2);
+  nn::Sequential mirrored_model;
+  optim::Optimizer mirrored_opt;
+  {
+    auto scope = mirrored->scope();
+    mirrored_model = make_model();
+    mirrored_opt = optim::Adam(1e-3);
+  }
+  train::FitOptions quiet;
+  quiet.verbose = train::Verbosity::Quiet;
+  // Outside the scope the current strategy is the default one.
+  REQUIRE_THROWS_WITH(train::fit(mirrored_model, sparse_ce(), mirrored_opt, d.train, quiet),
+                      Catch::Contains("belongs to the 'mirrored' strategy") && Catch::Contains("'default'"));
+  // Naming the strategy works from outside its scope.
+  train::FitOptions with_strategy = quiet;
+  with_strategy.strategy = mirrored.get();
+  with_strategy.steps_per_epoch = 2;
+  REQUIRE(train::fit(mirrored_model, sparse_ce(), mirrored_opt, d.train, with_strategy).epochs.size() == 1);
+
+  nn::Sequential plain = make_model();
+  {
+    auto scope = mirrored->scope();
+    REQUIRE_THROWS_WITH(train::fit(plain, sparse_ce(), optim::Adam(1e-3), d.train, quiet),
+                        Catch::Contains("plain Variable") && Catch::Contains("2 replicas"));
+    REQUIRE_THROWS_WITH(train::predict(plain, d.val), Catch::Contains("plain Variable"));
+  }
+  train::FitOptions bad_metric = quiet;
+  bad_metric.metrics = {"auc"};
+  REQUIRE_THROWS_WITH(train::fit(plain, sparse_ce(), optim::Adam(1e-3), d.train, bad_metric),
+                      Catch::Contains("unknown metric 'auc'"));
+  REQUIRE_THROWS_WITH(train::fit(plain, sparse_ce(), optim::Adam(1e-3), d.train.repeat(), quiet),
+                      Catch::Contains("infinite") && Catch::Contains("steps_per_epoch"));
+  auto scalar_loss = [](const Tensor& y, const Tensor& logits) {
+    return mean(losses::sparse_categorical_crossentropy(y, logits, true));
+  };
+  REQUIRE_THROWS_WITH(train::fit(plain, scalar_loss, optim::Adam(1e-3), d.train, quiet),
+                      Catch::Contains("one loss per example"));
+  train::FitOptions negative = quiet;
+  negative.epochs = -1;
+  REQUIRE_THROWS_WITH(train::fit(plain, sparse_ce(), optim::Adam(1e-3), d.train, negative),
+                      Catch::Contains("epochs must be >= 0"));
+  train::EvaluateOptions eo;
+  eo.steps = 0;
+  REQUIRE_THROWS_WITH(train::evaluate(plain, sparse_ce(), d.val, eo), Catch::Contains("steps must be > 0"));
+  REQUIRE_THROWS_WITH(train::predict(plain, d.val.take(0)), Catch::Contains("no batches"));
+}
