@@ -26,7 +26,7 @@ struct VariableOptions {
   VariableSynchronization synchronization = VariableSynchronization::Auto;
   VariableAggregation aggregation = VariableAggregation::None;
   // Place on this device instead of the current default (cpu:0 unless a strategy decides).
-  std::optional<Device> device;
+  std::optional<Device> device = std::nullopt;
 };
 
 class Variable;

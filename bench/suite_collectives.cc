@@ -27,7 +27,7 @@ std::vector<Result> collectives_suite(const Options& o) {
         comm.all_reduce(buffers[size_t(ctx->replica_id_in_sync_group())], distribute::ReduceOp::Sum);
       });
     }, o.quick ? 2 : 5, inner);
-    std::vector<char> src(size_t(bytes), 1), dst(size_t(bytes));
+    std::vector<char> src(static_cast<size_t>(bytes), 1), dst(static_cast<size_t>(bytes));
     Timing copy = time_it([&] { std::memcpy(dst.data(), src.data(), src.size()); }, o.quick ? 2 : 5, inner);
     const double algbw = double(bytes) / t.median_s / 1e9;
     const double busbw = algbw * 2.0 * (n - 1) / n;

@@ -2,6 +2,8 @@
 // under Default, Mirrored(1..cores) and CentralStorage(2), each next to the Default
 // strategy measured in the same run. (bench/compare/ runs the same workloads in PyTorch.)
 #include "bench/bench.h"
+#include "autograd/tape.h"
+#include "core/ops.h"
 #include "core/random.h"
 #include "distribute/loss_scaling.h"
 #include "distribute/strategy.h"

@@ -147,6 +147,7 @@ void Tensor::copy_(const Tensor& src) const {
 namespace detail {
 
 void convert_elements(const void* src, DType from, void* dst, DType to, int64_t n) {
+  if (n <= 0) return;  // an empty std::vector's data() may be null: no memcpy from it
   if (from == to) {
     std::memcpy(dst, src, size_t(n) * dtype_size(from));
     return;

@@ -26,13 +26,13 @@ struct StrategyOptions {
   // one. With `devices` it must be 0 or equal to their number.
   int replicas = 0;
   // The replicas' devices (one_device: at most one; mirrored / central_storage: any).
-  std::vector<Device> devices;
+  std::vector<Device> devices = {};
   // mirrored only.
   CrossDeviceOps cross_device_ops = CrossDeviceOps::Default;
   // Collective timeouts and gradient packing (mirrored, central_storage).
-  CommunicationOptions communication;
+  CommunicationOptions communication = {};
   // central_storage only (default cpu:0).
-  std::optional<Device> parameter_device;
+  std::optional<Device> parameter_device = std::nullopt;
 };
 
 std::unique_ptr<Strategy> make_strategy(const std::string& name, const StrategyOptions& options = {});

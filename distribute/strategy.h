@@ -129,7 +129,7 @@ class Strategy {
     using R = std::decay_t<std::invoke_result_t<Fn&, decltype(select_replica(args, 0))...>>;
     (check_run_argument(args), ...);
     if constexpr (std::is_void_v<R>) {
-      run_replicas([&](int r) { fn(select_replica(args, r)...); });
+      run_replicas([&]([[maybe_unused]] int r) { fn(select_replica(args, r)...); });
     } else {
       std::vector<std::optional<R>> results(static_cast<size_t>(num_local_replicas()));
       run_replicas([&](int r) { results[size_t(r)].emplace(fn(select_replica(args, r)...)); });

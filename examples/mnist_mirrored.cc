@@ -30,7 +30,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Train the MNIST CNN under a distribution strategy"};
   std::string data_dir = "data/mnist", strategy_name = "mirrored", cross_device_ops = "default";
   int replicas = 2, epochs = 4, max_steps = 0;
-  int64_t global_batch = 128;
+  int64_t global_batch = 64;
   double learning_rate = 1e-3;
   uint64_t seed = 1;
   app.add_option("--data", data_dir, "directory with the MNIST t10k IDX files");

@@ -1,6 +1,6 @@
 // strata-launch: runs N local worker processes of a multi-worker job.
 //
-//   strata-launch --workers N [--replicas-per-worker R] [--timeout S] -- PROGRAM ARGS...
+//   strata-launch --workers N [--ps P] [--replicas-per-worker R] [--timeout S] -- PROGRAM ARGS...
 //
 // Each worker gets TF_CONFIG = {"cluster": {"worker": ["127.0.0.1:p0", ...]},
 // "task": {"type": "worker", "index": i}} on free loopback ports (worker 0 hosts the
@@ -10,6 +10,15 @@
 // strata-launch exits with the failed worker's status, naming it. Exit status: 0 when
 // every worker exits 0; the first failure's exit code (or 128 + signal); 124 on --timeout;
 // 128 + signal when strata-launch itself is interrupted.
+//
+// With --ps P (a ParameterServerStrategy job) the cluster also has a "chief" (the
+// coordinator) and P "ps" tasks: TF_CONFIG = {"cluster": {"chief": [...], "worker":
+// [...], "ps": [...]}, "task": {...}}, output prefixed "[chief] ", "[worker i] ",
+// "[ps i] ". The job is the chief's: a worker or parameter server that fails is reported
+// but stops nothing (the chief reschedules a worker's closures, and fails the job itself
+// when a parameter server is lost); when the chief exits the others are given --grace
+// seconds to finish (the coordinator tells them to) and are then stopped, and
+// strata-launch exits with the chief's status.
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -102,12 +111,14 @@ struct Stream {
 };
 
 struct Worker {
+  std::string type = "worker";  // "worker", or with --ps also "chief" and "ps"
   int index = 0;
   pid_t pid = -1;
   bool running = false;
   int status = 0;
   Stream out, err;
-  std::string prefix() const { return "[worker " + std::to_string(index) + "] "; }
+  std::string name() const { return type == "chief" ? type : type + " " + std::to_string(index); }
+  std::string prefix() const { return "[" + name() + "] "; }
 };
 
 std::string describe_status(int status) {
@@ -179,12 +190,16 @@ std::vector<int> pick_ports(int n, const std::string& host) {
 int main(int argc, char** argv) {
   CLI::App app{"strata-launch: runs N local worker processes of a multi-worker job with TF_CONFIG set"};
   int num_workers = 0;
+  int num_ps = 0;
   int replicas = 0;
   double timeout = 0.0;
   double grace = 5.0;
   std::string host = "127.0.0.1";
   std::vector<std::string> command;
   app.add_option("-n,--workers", num_workers, "number of worker processes")->required()->check(CLI::Range(1, 4096));
+  app.add_option("--ps", num_ps,
+                 "also start this many parameter servers and a chief (a ParameterServerStrategy job)")
+      ->check(CLI::Range(1, 4096));
   app.add_option("--replicas-per-worker", replicas, "sets STRATA_REPLICAS_PER_WORKER in each worker")
       ->check(CLI::PositiveNumber);
   app.add_option("--timeout", timeout, "stop every worker and fail after this many seconds (0: no limit)")
@@ -207,16 +222,25 @@ int main(int argc, char** argv) {
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGCHLD}) ::sigaction(sig, &sa, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
 
-  std::vector<Worker> workers(static_cast<size_t>(num_workers));
+  const bool ps_mode = num_ps > 0;
+  // Tasks: the workers, then (--ps) the parameter servers and the chief.
+  std::vector<Worker> workers(static_cast<size_t>(num_workers + (ps_mode ? num_ps + 1 : 0)));
+  for (int i = 0; i < num_workers; ++i) workers[size_t(i)].index = i;
+  if (ps_mode) {
+    for (int i = 0; i < num_ps; ++i) {
+      workers[size_t(num_workers + i)].type = "ps";
+      workers[size_t(num_workers + i)].index = i;
+    }
+    workers.back().type = "chief";
+  }
   try {
-    const auto ports = pick_ports(num_workers, host);
-    nlohmann::json addresses = nlohmann::json::array();
-    for (int p : ports) addresses.push_back(host + ":" + std::to_string(p));
-    for (int i = 0; i < num_workers; ++i) {
-      nlohmann::json tf_config = {{"cluster", {{"worker", addresses}}},
-                                  {"task", {{"type", "worker"}, {"index", i}}}};
-      workers[size_t(i)].index = i;
-      spawn(workers[size_t(i)], command, tf_config.dump(), replicas);
+    const auto ports = pick_ports(int(workers.size()), host);
+    nlohmann::json cluster = nlohmann::json::object();
+    for (size_t i = 0; i < workers.size(); ++i)
+      cluster[workers[i].type].push_back(host + ":" + std::to_string(ports[i]));
+    for (auto& w : workers) {
+      nlohmann::json tf_config = {{"cluster", cluster}, {"task", {{"type", w.type}, {"index", w.index}}}};
+      spawn(w, command, tf_config.dump(), replicas);
     }
   } catch (const std::exception& e) {
     say(std::string("cannot start the workers: ") + e.what());
@@ -228,6 +252,7 @@ int main(int argc, char** argv) {
   const auto start = Clock::now();
   std::optional<Clock::time_point> kill_at;   // SIGKILL whoever is left at this time
   std::optional<Clock::time_point> drain_until;  // stop reading grandchildren's output
+  std::optional<Clock::time_point> term_at;      // --ps: the chief is done; stop the rest then
   bool stopping = false;
   int exit_code = 0;
   std::string failure;
@@ -242,7 +267,8 @@ int main(int argc, char** argv) {
     failure = why;
     exit_code = code;
     const int others = running();
-    if (others > 0) say(why + "; stopping " + std::to_string(others) + " other worker(s)");
+    if (others > 0)
+      say(why + "; stopping " + std::to_string(others) + (ps_mode ? " other task(s)" : " other worker(s)"));
     for (auto& w : workers)
       if (w.running) ::kill(-w.pid, SIGTERM);
     kill_at = Clock::now() + std::chrono::milliseconds(int64_t(grace * 1000));
@@ -259,13 +285,33 @@ int main(int argc, char** argv) {
         w.running = false;
         w.status = status;
         const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-        if (!ok && !stopping) begin_stop("worker " + std::to_string(w.index) + " " + describe_status(status),
-                                         exit_code_of(status));
+        if (ps_mode && w.type == "chief") {
+          // The job is the chief's: its status is the job's.
+          if (!ok && !stopping) begin_stop("chief " + describe_status(status), exit_code_of(status));
+          if (ok && !stopping) term_at = Clock::now() + std::chrono::milliseconds(int64_t(grace * 1000));
+        } else if (ps_mode) {
+          if (!ok && !stopping)
+            say(w.name() + " " + describe_status(status) +
+                (w.type == "worker" ? " (the chief runs its closures on the other workers)"
+                                    : " (the chief fails the job)"));
+        } else if (!ok && !stopping) {
+          begin_stop("worker " + std::to_string(w.index) + " " + describe_status(status), exit_code_of(status));
+        }
       }
     }
     const auto now = Clock::now();
     if (!stopping && timeout > 0 && now - start >= std::chrono::milliseconds(int64_t(timeout * 1000)))
       begin_stop("timed out after " + (std::ostringstream() << timeout).str() + " s", 124);
+    if (term_at && now >= *term_at && !stopping) {
+      // The chief finished; servers that did not stop on their own are stopped (status 0).
+      const int others = running();
+      if (others > 0) say("the chief finished; stopping " + std::to_string(others) + " remaining task(s)");
+      stopping = true;
+      for (auto& w : workers)
+        if (w.running) ::kill(-w.pid, SIGTERM);
+      kill_at = now + std::chrono::milliseconds(int64_t(grace * 1000));
+      term_at.reset();
+    }
     if (kill_at && now >= *kill_at) {
       for (auto& w : workers)
         if (w.running) ::kill(-w.pid, SIGKILL);

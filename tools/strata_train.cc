@@ -98,7 +98,10 @@ class Trainer final : public train::StandardTrainer {
           Tensor logits = model_(b[0]);
           Tensor per_example = losses::sparse_categorical_crossentropy(b[1], logits, /*from_logits=*/true);
           Tensor loss = distribute::compute_average_loss(per_example, global_batch_);
-          auto grads = tape.gradient(loss, model_.trainable_variables());
+          // mixed_float16: a LossScaleOptimizer scales the loss and unscales the gradients.
+          auto lso = optim::LossScaleOptimizer::of(opt_);
+          auto grads = tape.gradient(lso ? lso->get_scaled_loss(loss) : loss, model_.trainable_variables());
+          if (lso) grads = lso->get_unscaled_gradients(grads);
           opt_.apply_gradients(grads, model_.trainable_variables());
           return loss;
         },
@@ -165,8 +168,10 @@ int run(const Config& c) {
   {
     auto scope = strategy->scope();
     nn::set_global_seed(uint64_t(c.seed));
+    mixed_precision::set_global_policy(c.precision);  // layers: float32 variables, compute dtype
     model = build_model(c.model, features);
     opt = optim::make_optimizer(c.optimizer, {{"lr", c.learning_rate}});
+    if (c.precision == "mixed_float16") opt = optim::LossScaleOptimizer(opt);
     global_step = train::create_global_step();
   }
   auto train_ds = strategy->experimental_distribute_dataset(
@@ -278,11 +283,6 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::cerr << "strata-train: " << e.what() << " (see --help)\n";
-    return 2;
-  }
-  if (c.precision != "float32") {
-    std::cerr << "strata-train: --precision " << c.precision
-              << " is not available yet (mixed precision is not built; use float32)\n";
     return 2;
   }
   try {

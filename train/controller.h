@@ -8,10 +8,11 @@
 //   train::Checkpoint ckpt{{"model", model}, {"optimizer", opt}, {"global_step", global_step},
 //                          {"train_input", trainer.input_state()}};
 //   train::CheckpointManager manager(ckpt, dir / "checkpoints", 3, /*interval=*/1000);
-//   train::Controller controller({.strategy = &strategy, .trainer = &trainer,
-//                                 .evaluator = &evaluator, .global_step = global_step,
-//                                 .steps_per_loop = 100, .checkpoint_manager = &manager,
-//                                 .summary_dir = dir / "train", .eval_summary_dir = dir / "eval"});
+//   train::ControllerOptions o;
+//   o.strategy = &strategy;  o.trainer = &trainer;  o.evaluator = &evaluator;
+//   o.global_step = global_step;  o.steps_per_loop = 100;  o.checkpoint_manager = &manager;
+//   o.summary_dir = dir / "train";  o.eval_summary_dir = dir / "eval";
+//   train::Controller controller(o);
 //   controller.train_and_evaluate(/*train_steps=*/10000, /*eval_steps=*/-1, /*eval_interval=*/1000);
 //
 // Rules (Orbit's):

@@ -8,9 +8,11 @@
 //   auto loss = [](const Tensor& y, const Tensor& logits) {
 //     return losses::sparse_categorical_crossentropy(y, logits, /*from_logits=*/true);
 //   };
-//   train::History h = train::fit(model, loss, opt, train_ds.batch(64),
-//                                 {.epochs = 5, .validation_data = val_ds.batch(256),
-//                                  .metrics = {"accuracy"}});
+//   train::FitOptions o;
+//   o.epochs = 5;
+//   o.validation_data = val_ds.batch(256);
+//   o.metrics = {"accuracy"};
+//   train::History h = train::fit(model, loss, opt, train_ds.batch(64), o);
 //
 // The dataset yields global batches {x, y}; each is split across the replicas. The loss
 // function returns one loss per example; the step minimises their sum divided by the

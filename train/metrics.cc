@@ -2,6 +2,7 @@
 
 #include "autograd/tape.h"
 #include "core/ops.h"
+#include "distribute/distributed_variable.h"
 
 namespace strata::metrics {
 
@@ -26,6 +27,13 @@ Variable MetricImpl::add_state(const std::string& name) {
 }
 
 void MetricImpl::add_to(const Variable& var, const Tensor& delta) {
+  // CentralStorageStrategy's variables are one copy shared by the local replicas: several
+  // replica threads adding to it in place would lose updates. Its assign_add sums the
+  // replicas' deltas (in replica order, so deterministically) and applies them once.
+  if (dynamic_cast<const distribute::AggregatingVariableImpl*>(&var.impl())) {
+    var.assign_add(delta);
+    return;
+  }
   Tensor t = var.value();
   t.copy_(add(t, delta));
 }

@@ -273,18 +273,6 @@ void check_reducible(const Tensor& t, const char* op) {
                "float16, bfloat16, int32 or int64)");
 }
 
-// communicator.h declares reduce_op_name; its definition belongs with the interface, so
-// messages here do not depend on it.
-const char* op_name(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::Sum: return "sum";
-    case ReduceOp::Mean: return "mean";
-    case ReduceOp::Max: return "max";
-    case ReduceOp::Min: return "min";
-  }
-  return "?";
-}
-
 std::string describe(const Tensor& t) {
   std::ostringstream os;
   os << t.numel() << " " << dtype_name(t.dtype()) << " elements";
@@ -323,7 +311,7 @@ void GlooCommunicator::all_reduce(const Tensor& buffer, ReduceOp op) {
   check_usable("all_reduce");
   check_cpu_contiguous(buffer, "all_reduce", "buffer");
   check_reducible(buffer, "all_reduce");
-  const Call call{"all_reduce", describe(buffer) + ", " + op_name(op)};
+  const Call call{"all_reduce", describe(buffer) + ", " + reduce_op_name(op)};
   const int64_t n = buffer.numel();
   if (is_half(buffer.dtype())) {
     // Reduced in float32 and rounded once at the end, as the CPU kernels compute halves.
@@ -411,7 +399,7 @@ void GlooCommunicator::reduce_scatter(const Tensor& input, const Tensor& output,
   want[0] /= size_;
   STRATA_CHECK(output.shape() == want, "gloo reduce_scatter: output has shape ", shape_str(output.shape()),
                ", expected ", shape_str(want), " (input ", shape_str(input.shape()), " / ", size_, " ranks)");
-  const Call call{"reduce_scatter", describe(input) + ", " + op_name(op)};
+  const Call call{"reduce_scatter", describe(input) + ", " + reduce_op_name(op)};
   // Gloo's modern API has no reduce-scatter (its ReduceScatterHalvingDoubling is a legacy
   // algorithm without per-call timeouts), so: all-reduce a scratch copy — the input stays
   // untouched — and keep this rank's slice.

@@ -52,10 +52,10 @@ struct GlooCommunicatorOptions {
   CommunicationOptions comm;
   // all_reduce uses Gloo's bcube (recursive halving-doubling: log2(n) exchanges, latency
   // bound) below this many bytes and the pipelined, bandwidth-optimal ring from it. Measured
-  // over loopback (tests/distribute helper "bench"): with 4 processes bcube is ahead up to
-  // ~1-4 MB; with 2 they tie below 1 MB; at 16-64 MB ring is 1.3-5x faster (bcube neither
-  // pipelines nor reuses its scratch buffer).
-  int64_t ring_min_bytes = int64_t(1) << 20;
+  // over loopback (tests/distribute helper "bench"): bcube is as fast or faster up to 1-4 MB
+  // (up to 2x with 4 processes); at 64 MB ring is 2-5x faster (bcube neither pipelines
+  // nor reuses its scratch buffer).
+  int64_t ring_min_bytes = int64_t(4) << 20;
 };
 
 // True when strata was built with Gloo.

@@ -65,22 +65,6 @@ struct ParameterServer::Impl {
     return {};
   }
 
-  RpcMessage lookup(const RpcMessage& request) {
-    json out = json::array();
-    std::lock_guard<std::mutex> lock(mu);
-    for (const auto& k : request.header.at("keys")) {
-      const std::string key = k;
-      auto it = store.find(key);
-      if (it == store.end()) {
-        out.push_back({{"key", key}, {"found", false}});
-      } else {
-        out.push_back({{"key", key}, {"found", true}, {"dtype", dtype_name(it->second.dtype())},
-                       {"shape", it->second.shape()}});
-      }
-    }
-    return RpcMessage{json{{"vars", out}}, {}};
-  }
-
   RpcMessage read(const RpcMessage& request) {
     RpcMessage reply;
     std::lock_guard<std::mutex> lock(mu);
@@ -150,7 +134,6 @@ ParameterServer::ParameterServer(const std::string& address, std::string name, s
     });
   };
   method(ps::kCreate, &Impl::create);
-  method(ps::kLookup, &Impl::lookup);
   method(ps::kRead, &Impl::read);
   method(ps::kUpdate, &Impl::update);
   method(ps::kPutPlacement, &Impl::put_placement);

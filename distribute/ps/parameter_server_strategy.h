@@ -13,8 +13,8 @@
 //   distribute::ClusterCoordinator coordinator(strategy);
 //   auto per_worker = coordinator.create_per_worker_dataset(dataset_fn);
 //   coordinator.register_function("train_step", [&](distribute::ClosureArgs& args) {
-//     auto batch = args.next(0);                    // this worker's iterator
-//     return strategy.run(step, *batch).values();   // step: forward, tape, opt.apply_gradients
+//     data::Batch batch = args.next(0);            // from this worker's iterator
+//     return strategy.run(step, batch).values();   // step: forward, tape, opt.apply_gradients
 //   });
 //   if (resolver.task_type() == "worker") { coordinator.serve(); return 0; }
 //   auto it = per_worker.make_iterator();

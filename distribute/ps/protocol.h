@@ -18,7 +18,6 @@ inline constexpr const char* kShutdown = "shutdown";  // the job is over: join()
 inline constexpr const char* kCreate = "create";  // {items: [{key, mode}]} + one tensor per item
 inline constexpr const char* kCreateOverwrite = "overwrite";  // the chief initialises
 inline constexpr const char* kCreateIfAbsent = "if_absent";   // slots: the first creator wins
-inline constexpr const char* kLookup = "lookup";  // {keys} -> {vars: [{key, found, dtype, shape}]}
 inline constexpr const char* kRead = "read";      // {keys} -> one tensor per key
 inline constexpr const char* kUpdate = "update";  // {items: [{key, op}]} + one tensor per item
 inline constexpr const char* kOpAssign = "assign";

@@ -52,7 +52,6 @@ Tensor PsVariableImpl::prepare(const Tensor& v, const char* method, bool broadca
   STRATA_CHECK(v.defined(), "Variable '", options_.name, "'.", method, ": undefined value");
   const Shape& shape = placement_->shape;
   if (broadcast) {
-    broadcast_shapes(v.shape(), shape, method);
     STRATA_CHECK(broadcast_shapes(v.shape(), shape, method) == shape, "Variable '", options_.name, "'.", method,
                  ": value of shape ", shape_str(v.shape()), " does not broadcast to the variable's shape ",
                  shape_str(shape));

@@ -84,11 +84,21 @@ RpcMessage decode(std::vector<zmq::message_t>& parts, size_t first) {
   for (size_t i = 0; i < meta.size(); ++i) {
     const DType dtype = dtype_from_name(meta[i].at(0).get<std::string>());
     const Shape shape = meta[i].at(1).get<Shape>();
-    for (int64_t d : shape) STRATA_CHECK(d >= 0, "rpc: negative extent in tensor ", i);
-    Tensor t = Tensor::empty(shape, dtype);
     const auto& frame = parts[first + 1 + i];
-    STRATA_CHECK(frame.size() == t.nbytes(), "rpc: tensor ", i, " (", dtype_name(dtype), shape_str(shape),
-                 ") has ", frame.size(), " bytes, expected ", t.nbytes());
+    // The frame's size bounds the shape before anything is allocated from it.
+    uint64_t bytes = dtype_size(dtype);
+    const bool empty = std::find(shape.begin(), shape.end(), 0) != shape.end();
+    for (int64_t d : shape) {
+      STRATA_CHECK(d >= 0, "rpc: negative extent in tensor ", i);
+      if (empty) continue;
+      STRATA_CHECK(bytes <= frame.size() / uint64_t(d), "rpc: tensor ", i, " (", dtype_name(dtype), shape_str(shape),
+                   ") does not fit its ", frame.size(), "-byte frame");
+      bytes *= uint64_t(d);
+    }
+    if (empty) bytes = 0;
+    STRATA_CHECK(frame.size() == bytes, "rpc: tensor ", i, " (", dtype_name(dtype), shape_str(shape), ") has ",
+                 frame.size(), " bytes, expected ", bytes);
+    Tensor t = Tensor::empty(shape, dtype);
     if (t.nbytes() > 0) std::memcpy(t.raw_data(), frame.data(), t.nbytes());
     m.tensors.push_back(std::move(t));
   }
@@ -211,8 +221,12 @@ struct RpcServer::Impl {
         ready.swap(outbox);
       }
       for (const Done& d : ready) reply(d);
-      // Bounded batch per wake-up so that background replies are not starved.
-      for (int k = 0; k < 64 && recv_all(*sock, parts); ++k) handle(parts);
+      try {
+        // Bounded batch per wake-up so that background replies are not starved.
+        for (int k = 0; k < 64 && recv_all(*sock, parts); ++k) handle(parts);
+      } catch (const std::exception&) {
+        // A socket error on one message (its peer vanished mid-way): keep serving.
+      }
     }
   }
 
@@ -366,6 +380,14 @@ uint64_t RpcClient::send(const std::string& method, const RpcMessage& request, d
   return send_locked(method, request, timeout_seconds);
 }
 
+namespace {
+// ZeroMQ reports socket failures as zmq::error_t: callers see RpcError naming the peer.
+[[noreturn]] void socket_failure(const std::string& peer, const std::string& address, const char* what,
+                                 const zmq::error_t& e) {
+  throw RpcError(RpcStatus::Unavailable, peer, std::string("rpc ") + what + " " + peer + " (" + address + "): " + e.what());
+}
+}  // namespace
+
 uint64_t RpcClient::send_locked(const std::string& method, const RpcMessage& request, double timeout_seconds) {
   zmq::socket_t& sock = impl_->socket();
   const uint64_t id = impl_->next_id++;
@@ -377,7 +399,13 @@ uint64_t RpcClient::send_locked(const std::string& method, const RpcMessage& req
   sock.set(zmq::sockopt::sndtimeo, to_ms(timeout_seconds));
   for (size_t i = 0; i < frames.size(); ++i) {
     const auto flags = i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none;
-    if (!sock.send(frames[i], flags)) {
+    zmq::send_result_t sent;
+    try {
+      sent = sock.send(frames[i], flags);
+    } catch (const zmq::error_t& e) {
+      socket_failure(peer_, address_, "to", e);
+    }
+    if (!sent) {
       // Only the first frame can block (a multipart message is queued whole).
       throw RpcError(RpcStatus::Unavailable, peer_,
                      "rpc '" + method + "' to " + peer_ + " (" + address_ + "): not reachable within " +
@@ -397,7 +425,13 @@ std::optional<RpcClient::Reply> RpcClient::receive_locked(double timeout_seconds
   const auto deadline = Clock::now() + std::chrono::milliseconds(to_ms(timeout_seconds));
   std::vector<zmq::message_t> parts;
   for (;;) {
-    if (recv_all(sock, parts)) {
+    bool got = false;
+    try {
+      got = recv_all(sock, parts);
+    } catch (const zmq::error_t& e) {
+      socket_failure(peer_, address_, "from", e);
+    }
+    if (got) {
       if (parts.size() < 3 || parts[0].size() != sizeof(uint64_t)) continue;  // malformed: drop
       Reply r;
       std::memcpy(&r.id, parts[0].data(), sizeof(uint64_t));

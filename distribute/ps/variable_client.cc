@@ -90,12 +90,4 @@ std::optional<json> VariableClient::get_placement(const std::string& key) {
   return reply.at("placement");
 }
 
-json VariableClient::lookup(int ps, const std::vector<std::string>& keys) {
-  json reply = call(ps, ps::kLookup, json{{"keys", keys}}, {});
-  json out = json::object();
-  for (const auto& v : reply.at("vars"))
-    if (v.at("found").get<bool>()) out[v.at("key").get<std::string>()] = json::array({v.at("dtype"), v.at("shape")});
-  return out;
-}
-
 }  // namespace strata::distribute

@@ -58,8 +58,6 @@ class VariableClient {
   // The placement directory lives on parameter server 0.
   void put_placement(const std::string& key, const nlohmann::json& placement);
   std::optional<nlohmann::json> get_placement(const std::string& key);
-  // {key: [dtype, shape]} for the given keys that exist on that server.
-  nlohmann::json lookup(int ps, const std::vector<std::string>& keys);
 
  private:
   nlohmann::json call(int ps, const char* method, nlohmann::json header, std::vector<Tensor> tensors,

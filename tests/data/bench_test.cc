@@ -17,21 +17,23 @@ namespace {
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// Examples per second of `epochs` passes over `ds` (one untimed warm-up pass first).
+// Examples per second of the fastest of `epochs` passes over `ds` (after an untimed
+// warm-up pass): the machine is shared and noisy, the best pass is the stable figure.
 double pipeline_rate(const data::Dataset& ds, int epochs, int64_t expected_per_epoch) {
   volatile float sink = 0;
   for (auto& b : ds) sink = sink + b[0].data<float>()[0];
-  int64_t seen = 0;
-  const auto t0 = Clock::now();
+  double best = 0;
   for (int e = 0; e < epochs; ++e) {
+    int64_t seen = 0;
+    const auto t0 = Clock::now();
     for (auto& b : ds) {
       sink = sink + b[0].data<float>()[0];
       seen += b[0].dim(0);
     }
+    best = std::max(best, double(seen) / since(t0));
+    REQUIRE(seen == expected_per_epoch);
   }
-  const double s = since(t0);
-  REQUIRE(seen == expected_per_epoch * epochs);
-  return double(seen) / s;
+  return best;
 }
 
 }  // namespace
@@ -51,7 +53,7 @@ TEST_CASE("pipeline throughput: mnist -> shuffle(10000) -> batch(128) -> prefetc
   const int64_t n = arrays.size();
   const int64_t row = 28 * 28;
   const int64_t batch = 128;
-  const int epochs = 5;
+  const int epochs = 10;
 
   // Baseline: a plain loop that gathers the same rows in a shuffled order into a fresh
   // batch buffer (what any input pipeline must at least do).
@@ -61,8 +63,9 @@ TEST_CASE("pipeline throughput: mnist -> shuffle(10000) -> batch(128) -> prefetc
   std::iota(order.begin(), order.end(), 0);
   std::mt19937_64 rng(1);
   volatile float sink = 0;
-  const auto t0 = Clock::now();
+  double baseline = 0;
   for (int e = 0; e < epochs; ++e) {
+    const auto t0 = Clock::now();
     std::shuffle(order.begin(), order.end(), rng);
     for (int64_t start = 0; start < n; start += batch) {
       const int64_t rows = std::min(batch, n - start);
@@ -75,8 +78,8 @@ TEST_CASE("pipeline throughput: mnist -> shuffle(10000) -> batch(128) -> prefetc
       }
       sink = sink + x[0] + float(y[0]);
     }
+    baseline = std::max(baseline, double(n) / since(t0));
   }
-  const double baseline = double(n * epochs) / since(t0);
 
   auto ds = arrays.dataset();
   const double full = pipeline_rate(ds.shuffle(10000, 1).batch(batch).prefetch(2), epochs, n);
@@ -99,8 +102,11 @@ TEST_CASE("pipeline throughput: mnist -> shuffle(10000) -> batch(128) -> prefetc
   };
   const double work_us = 150;
   const double step_only = double(n) / (double((n + batch - 1) / batch) * work_us * 1e-6);
-  const double overlap = consume_rate(ds.shuffle(10000, 1).batch(batch).prefetch(2), work_us);
-  const double serial = consume_rate(ds.shuffle(10000, 1).batch(batch), work_us);
+  double overlap = 0, serial = 0;
+  for (int e = 0; e < epochs; ++e) {
+    overlap = std::max(overlap, consume_rate(ds.shuffle(10000, 1).batch(batch).prefetch(2), work_us));
+    serial = std::max(serial, consume_rate(ds.shuffle(10000, 1).batch(batch), work_us));
+  }
 
   // Checkpointing the canonical pipeline mid-epoch: state size and restore time.
   auto canonical = ds.shuffle(10000, 1).batch(batch).prefetch(2);
@@ -116,7 +122,8 @@ TEST_CASE("pipeline throughput: mnist -> shuffle(10000) -> batch(128) -> prefetc
   const double restore_ms = since(t_restore) * 1e3;
   CHECK(testing::element_str(*resumed.next()) == testing::element_str(*it.next()));
 
-  std::cout << "data pipeline over " << source << ", " << epochs << " epochs, batch " << batch << ":\n"
+  std::cout << "data pipeline over " << source << ", best of " << epochs << " epochs, batch "
+            << batch << ":\n"
             << "  plain gather loop (baseline)               " << baseline << " examples/s\n"
             << "  shuffle(10000).batch(128).prefetch(2)      " << full << " examples/s ("
             << full / baseline << "x baseline)\n"

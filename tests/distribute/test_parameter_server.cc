@@ -135,6 +135,99 @@ autograd::VariableOptions var_options(const std::string& name, bool trainable = 
 
 }  // namespace
 
+TEST_CASE("ParameterServer rpc: tensors, errors and deadlines over ZeroMQ", "[distribute][ps]") {
+  PS_REQUIRE_RPC();
+  ps::RpcServer server("127.0.0.1", 0, "test server");
+  std::atomic<bool> slow_started{false};
+  server.add_method("echo", [](const ps::RpcMessage& m) { return m; });
+  server.add_method("throw", [](const ps::RpcMessage&) -> ps::RpcMessage { fail("handler failed on purpose"); });
+  server.add_method("sleep", [](const ps::RpcMessage& m) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(m.header.at("ms").get<int>()));
+    return ps::RpcMessage{json{{"slept", m.header.at("ms")}}, {}};
+  });
+  server.add_method(
+      "background",
+      [&](const ps::RpcMessage&) {
+        slow_started = true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(600));
+        return ps::RpcMessage{json{{"done", true}}, {}};
+      },
+      /*background=*/true);
+  server.start();
+  CHECK_THROWS_WITH(server.add_method("late", [](const ps::RpcMessage& m) { return m; }),
+                    Catch::Contains("already started"));
+  const std::string address = "127.0.0.1:" + std::to_string(server.port());
+  ps::RpcClient client(address, "test server");
+
+  // Tensors of every kind round-trip exactly (non-contiguous ones are sent contiguous).
+  ps::RpcMessage msg;
+  msg.header = {{"k", "v"}};
+  msg.tensors = {arange(0, 6).reshape({2, 3}).transpose(), Tensor::from_vector<int64_t>({-1, 1ll << 40}),
+                 Tensor::from_vector<bool>({true, false, true}), cast(tensor({0.5f, -2.f}), kFloat16),
+                 zeros({0, 3}), Tensor::scalar(7, kFloat64)};
+  const ps::RpcMessage back = client.call("echo", msg, 5);
+  CHECK(back.header == msg.header);
+  REQUIRE(back.tensors.size() == msg.tensors.size());
+  for (size_t i = 0; i < msg.tensors.size(); ++i) {
+    INFO("tensor " << i);
+    CHECK(back.tensors[i].dtype() == msg.tensors[i].dtype());
+    CHECK(back.tensors[i].shape() == msg.tensors[i].shape());
+    CHECK(back.tensors[i].to_vector<double>() == msg.tensors[i].to_vector<double>());
+  }
+
+  // A handler's exception comes back as a remote error; an unknown method too.
+  try {
+    client.call("throw", {}, 5);
+    FAIL("no error");
+  } catch (const ps::RpcError& e) {
+    CHECK(e.status() == ps::RpcStatus::RemoteError);
+    CHECK_THAT(std::string(e.what()), Catch::Contains("handler failed on purpose"));
+  }
+  CHECK_THROWS_WITH(client.call("nope", {}, 5), Catch::Contains("unknown method 'nope'"));
+
+  // A reply later than the deadline is an error, and is not mistaken for the next reply.
+  try {
+    client.call("sleep", ps::RpcMessage{json{{"ms", 400}}, {}}, 0.1);
+    FAIL("no deadline");
+  } catch (const ps::RpcError& e) {
+    CHECK(e.status() == ps::RpcStatus::DeadlineExceeded);
+    CHECK(e.peer_unreachable());
+  }
+  CHECK(client.call("sleep", ps::RpcMessage{json{{"ms", 1}}, {}}, 5).header.at("slept") == 1);
+
+  // Inline methods are answered while a background one runs.
+  ps::RpcClient other(address, "test server");
+  const uint64_t id = other.send("background", {}, 5);
+  while (!slow_started) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const auto t0 = Clock::now();
+  client.call("echo", {}, 5);
+  CHECK(std::chrono::duration<double>(Clock::now() - t0).count() < 0.3);
+  std::optional<ps::RpcClient::Reply> r;
+  for (int k = 0; k < 50 && !r; ++k) r = other.receive(0.1);
+  REQUIRE(r);
+  CHECK(r->id == id);
+  CHECK(r->message.header.at("done") == true);
+
+  // Nobody listening: the call fails within its deadline.
+  server.stop();
+  ps::RpcClient nobody("127.0.0.1:" + std::to_string(find_free_port("127.0.0.1")), "absent server");
+  const auto t1 = Clock::now();
+  try {
+    nobody.call("echo", {}, 0.3);
+    FAIL("no error");
+  } catch (const ps::RpcError& e) {
+    CHECK(e.status() == ps::RpcStatus::Unavailable);
+    CHECK_THAT(std::string(e.what()), Catch::Contains("absent server"));
+  }
+  CHECK(std::chrono::duration<double>(Clock::now() - t1).count() < 2.0);
+
+  // A port in use cannot be served twice.
+  ps::RpcServer first("127.0.0.1", 0, "first");
+  first.start();
+  ps::RpcServer second("127.0.0.1", first.port(), "second");
+  CHECK_THROWS_WITH(second.start(), Catch::Contains("second): cannot listen on tcp://127.0.0.1:"));
+}
+
 TEST_CASE("ParameterServer: partitioners follow TensorFlow's arithmetic", "[distribute][ps]") {
   CHECK(FixedShardsPartitioner(2)({5}, kFloat32) == 2);
   CHECK(FixedShardsPartitioner(4)({3, 7}, kFloat32) == 3);  // at most one shard per row
@@ -402,21 +495,27 @@ TEST_CASE("ClusterCoordinator: schedule, join, done and fetch", "[distribute][ps
   ClusterCoordinator coordinator(strategy, fast_coordinator_options());
   program(strategy, coordinator);
 
-  std::vector<RemoteValue> values;
-  for (int i = 0; i < 24; ++i) values.push_back(coordinator.schedule("double", {Tensor::scalar(i)}));
-  coordinator.join();
-  CHECK(coordinator.done());
+  // Closures go to whichever worker is idle: schedule rounds until both have taken some
+  // (a worker that starts late joins in as soon as it answers).
   std::set<int64_t> workers_used;
-  for (int i = 0; i < 24; ++i) {
-    CHECK(values[size_t(i)].status() == RemoteValue::Status::Ready);
-    const auto out = values[size_t(i)].fetch();
-    REQUIRE(out.size() == 2);
-    CHECK(out[0].item<float>() == float(2 * i));
-    workers_used.insert(out[1].item<int64_t>());
-    CHECK(values[size_t(i)].worker() == out[1].item<int64_t>());
+  int scheduled = 0;
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  while (workers_used.size() < 2 && Clock::now() < deadline) {
+    std::vector<RemoteValue> values;
+    for (int i = 0; i < 12; ++i, ++scheduled) values.push_back(coordinator.schedule("double", {Tensor::scalar(i)}));
+    coordinator.join();
+    CHECK(coordinator.done());
+    for (int i = 0; i < 12; ++i) {
+      CHECK(values[size_t(i)].status() == RemoteValue::Status::Ready);
+      const auto out = values[size_t(i)].fetch();
+      REQUIRE(out.size() == 2);
+      CHECK(out[0].item<float>() == float(2 * i));
+      workers_used.insert(out[1].item<int64_t>());
+      CHECK(values[size_t(i)].worker() == out[1].item<int64_t>());
+    }
   }
-  CHECK(workers_used == std::set<int64_t>{0, 1});  // both workers took closures
-  CHECK(coordinator.stats().closures_completed == 24);
+  CHECK(workers_used == std::set<int64_t>{0, 1});
+  CHECK(coordinator.stats().closures_completed == scheduled);
 
   // fetch() waits for its closure.
   RemoteValue later = coordinator.schedule("double", {Tensor::scalar(21)});
@@ -486,14 +585,22 @@ TEST_CASE("ClusterCoordinator: several workers update the same variables without
     direct.emplace_back([&] {
       for (int k = 0; k < 20; ++k) state->counter.assign_add(Tensor::scalar(1));
     });
-  for (int i = 0; i < 60; ++i) coordinator.schedule("add");
-  coordinator.join();
+  // At least 60 closures, and until both workers have run some (they race on the same
+  // variables from the same starting values).
+  int scheduled = 0;
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  auto both_ran = [&] {
+    const auto st = coordinator.stats();
+    return st.completed_per_worker[0] > 0 && st.completed_per_worker[1] > 0;
+  };
+  while (scheduled < 60 || (!both_ran() && Clock::now() < deadline)) {
+    for (int i = 0; i < 20; ++i, ++scheduled) coordinator.schedule("add");
+    coordinator.join();
+  }
   for (auto& t : direct) t.join();
-  CHECK(state->counter.value().item<float>() == 60 * 3 + 3 * 20);
-  REQUIRE_ALLCLOSE(state->vec.value(), full({8, 3}, 180.0));
-  const auto stats = coordinator.stats();
-  CHECK(stats.completed_per_worker[0] > 0);
-  CHECK(stats.completed_per_worker[1] > 0);
+  CHECK(both_ran());
+  CHECK(state->counter.value().item<float>() == float(scheduled * 3 + 3 * 20));
+  REQUIRE_ALLCLOSE(state->vec.value(), full({8, 3}, 3.0 * scheduled));
   coordinator.shutdown();
   CHECK(workers.errors.empty());
 }
@@ -504,7 +611,7 @@ TEST_CASE("ClusterCoordinator: per-worker datasets give each worker its shard", 
   // Every process registers the same datasets and functions in the same order.
   auto program = [](ParameterServerStrategy&, ClusterCoordinator& coordinator) {
     PerWorkerDataset ds = coordinator.create_per_worker_dataset([](const data::InputContext& ctx) {
-      return data::Dataset::range(0, 40).shard(ctx.num_input_pipelines(), ctx.input_pipeline_id()).batch(4);
+      return data::Dataset::range(0, 80).shard(ctx.num_input_pipelines(), ctx.input_pipeline_id()).batch(4);
     });
     coordinator.register_function("next", [](ClosureArgs& args) {
       data::Batch b = args.next(0);
@@ -520,7 +627,7 @@ TEST_CASE("ClusterCoordinator: per-worker datasets give each worker its shard", 
   CHECK(ds.id() == 0);
   const PerWorkerIterator it = ds.make_iterator(), other = ds.make_iterator();
   CHECK(other.iterator != it.iterator);
-  std::vector<RemoteValue> values;
+  std::vector<RemoteValue> values;  // 8 of each worker's 10 batches at most
   for (int i = 0; i < 8; ++i) values.push_back(coordinator.schedule("next", {it}));
   coordinator.join();
   std::map<int64_t, std::vector<int64_t>> seen;  // worker -> elements, in order
@@ -537,7 +644,7 @@ TEST_CASE("ClusterCoordinator: per-worker datasets give each worker its shard", 
   // A second iterator starts at the beginning; an exhausted one fails its closure.
   const auto first = coordinator.schedule("next", {other}).fetch();
   CHECK(first[0].to_vector<int64_t>()[0] == first[1].item<int64_t>());
-  for (int i = 0; i < 12; ++i) coordinator.schedule("next", {it});
+  for (int i = 0; i < 20; ++i) coordinator.schedule("next", {it});  // 28 > 2 x 10 batches
   CHECK_THROWS_WITH(coordinator.join(), Catch::Contains("is exhausted"));
   coordinator.shutdown();
   CHECK(workers.errors.empty());
@@ -674,15 +781,17 @@ TEST_CASE("ClusterCoordinator: a killed worker's closures complete on another wo
   std::filesystem::remove(report);
   HelperJob job(1, 2,
                 {"faults", "--closures", "24", "--closure-ms", "60", "--heartbeat-timeout", "1.0", "--expect-rejoin",
-                 "--report", report.string()});
+                 "--die-worker", "1", "--report", report.string()});
   job.start("ps", 0);
-  job.start("worker", 0, {"--die-worker", "1", "--die-at", "3"});
-  job.start("worker", 1, {"--die-worker", "1", "--die-at", "3"});
+  job.start("worker", 0, {"--die-at", "3"});
+  job.start("worker", 1, {"--die-at", "3"});
   job.start("chief", 0);
-  // Worker 1 kills itself in its third closure; restart it as the cluster manager would.
+  // Worker 1 kills itself in its third closure; a while later (past the heartbeat
+  // timeout) it is restarted, as a cluster manager would.
   const auto killed = job.wait("worker", 1, 60);
   INFO(killed.output);
   REQUIRE(killed.signal == SIGKILL);
+  std::this_thread::sleep_for(std::chrono::seconds(2));
   job.start("worker", 1);
   const auto chief = job.wait("chief", 0, 150);
   INFO(chief.output);
@@ -723,6 +832,21 @@ TEST_CASE("ClusterCoordinator: a killed parameter server stops the job with an e
   CHECK(job.wait("ps", 0, 40).exit_code == 0);
 }
 
+TEST_CASE("ClusterCoordinator: a killed chief stops the servers with an error naming it",
+          "[distribute][ps][processes]") {
+  PS_REQUIRE_RPC();
+  HelperJob job(1, 1, {"ps-fault", "--closure-ms", "20", "--chief-timeout", "2"});
+  job.start_all(1, 1);
+  std::this_thread::sleep_for(std::chrono::seconds(3));  // the job is running closures
+  ::kill(-job.pid("chief", 0), SIGKILL);
+  for (const std::string type : {"worker", "ps"}) {
+    const auto& r = job.wait(type, 0, 30);
+    INFO(type << ":\n" << r.output);
+    CHECK(r.exit_code == 1);
+    CHECK_THAT(r.output, Catch::Contains("lost the chief /job:chief/replica:0/task:0"));
+  }
+}
+
 TEST_CASE("ParameterServerStrategy: the synthetic MLP trains to within 2% of MirroredStrategy's accuracy",
           "[distribute][ps][processes]") {
   PS_REQUIRE_RPC();
@@ -753,4 +877,29 @@ TEST_CASE("ParameterServerStrategy: the synthetic MLP trains to within 2% of Mir
   CHECK(ps_acc >= sync_acc - 0.02);
   std::filesystem::remove(ps_report);
   std::filesystem::remove(sync_report);
+}
+
+TEST_CASE("strata-launch --ps starts a chief, workers and parameter servers", "[distribute][ps][processes]") {
+  PS_REQUIRE_RPC();
+  const std::map<std::string, std::string> env{{"STRATA_NUM_THREADS", "1"}};
+  auto r = testing::run_process({STRATA_LAUNCH_BIN, "--ps", "1", "--workers", "2", "--grace", "5", "--timeout", "120",
+                                 "--", STRATA_PS_HELPER, "train", "--steps", "30", "--hidden", "16", "--shards", "2",
+                                 "--train-examples", "512", "--eval-examples", "128"},
+                                env, 150);
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.output, Catch::Contains("[ps 0] strata: parameter server /job:ps/replica:0/task:0") &&
+                           Catch::Contains("[worker 1] strata: worker /job:worker/replica:0/task:1") &&
+                           Catch::Contains("[chief] {"));
+  CHECK_THAT(r.output, Catch::Contains("[chief] {") && Catch::Contains("\"mode\":\"parameter_server\""));
+
+  // A worker that dies does not stop the job: the chief finishes on the other worker.
+  auto f = testing::run_process({STRATA_LAUNCH_BIN, "--ps", "1", "--workers", "2", "--grace", "5", "--timeout", "120",
+                                 "--", STRATA_PS_HELPER, "faults", "--closures", "12", "--closure-ms", "30",
+                                 "--heartbeat-timeout", "1", "--die-worker", "1", "--die-at", "2"},
+                                env, 150);
+  INFO(f.output);
+  CHECK(f.exit_code == 0);
+  CHECK_THAT(f.output, Catch::Contains("strata-launch: worker 1 was killed by signal 9") &&
+                           Catch::Contains("the chief runs its closures on the other workers"));
 }

@@ -4,6 +4,7 @@
 #include "distribute/distributed_variable.h"
 #include "distribute/loss_scaling.h"
 #include "distribute/strategy.h"
+#include "tests/distribute/strategy_cases.h"
 #include "tests/test_util.h"
 
 using namespace strata;
@@ -13,7 +14,7 @@ TEST_CASE("mirrored: run gives one result per replica and all_reduce sums") {
   MirroredStrategy strategy(MirroredStrategy::cpu_devices(3));
   auto per_replica = strategy.run([](int base) {
     ReplicaContext* ctx = get_replica_context();
-    REQUIRE(ctx != nullptr);
+    REPLICA_REQUIRE(ctx != nullptr);  // Catch2's REQUIRE is not thread-safe
     Tensor v = full({2}, double(ctx->replica_id_in_sync_group() + base));
     return ctx->all_reduce(ReduceOp::Sum, v);
   }, 1);

@@ -410,6 +410,6 @@ TEST_CASE("create_global_step: an int64 non-trainable OnlyFirstReplica variable 
   REQUIRE(step.name() == "global_step");
   REQUIRE(strategy->experimental_local_results(step).size() == 2);
   // Inside run, each replica adds 1 but OnlyFirstReplica counts it once.
-  strategy->run([&] { step.assign_add(Tensor::scalar(int64_t(1), kInt64)); });
+  strategy->run([&](int64_t one) { step.assign_add(Tensor::scalar(one, kInt64)); }, int64_t(1));
   for (const Tensor& c : strategy->experimental_local_results(step)) REQUIRE(c.item<int64_t>() == 1);
 }

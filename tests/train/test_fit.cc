@@ -228,3 +228,20 @@ TEST_CASE("fit: misuse raises errors naming the problem") {
   REQUIRE_THROWS_WITH(train::evaluate(plain, sparse_ce(), d.val, eo), Catch::Contains("steps must be > 0"));
   REQUIRE_THROWS_WITH(train::predict(plain, d.val.take(0)), Catch::Contains("no batches"));
 }
+
+TEST_CASE("fit: metrics updated by CentralStorage(2) replicas lose no update") {
+  // fit's loss and accuracy are metrics updated inside strategy.run; under CentralStorage
+  // the replicas share one copy of each metric variable, which they once updated in place
+  // concurrently (an unsynchronised read-modify-write: rarely, under load, an update was
+  // lost and the fit equivalence test above failed).
+  auto strategy = make("central_storage", 2);
+  metrics::Mean mean;
+  {
+    auto scope = strategy->scope();
+    mean = metrics::Mean("m");
+  }
+  const Tensor one = ones({3}, kFloat64);
+  for (int i = 0; i < 1000; ++i) strategy->run([&](const Tensor& x) { mean.update_state(x); }, one);
+  REQUIRE(mean.variables()[1].second.value().item<double>() == 6000);  // count: 1000 runs x 2 replicas x 3
+  REQUIRE(mean.result().item<double>() == 1);
+}

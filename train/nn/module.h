@@ -67,9 +67,11 @@ class Module : public std::enable_shared_from_this<Module> {
   const mixed_precision::Policy& dtype_policy() const { return policy_; }
   DType compute_dtype() const { return policy_.compute_dtype(); }
   DType variable_dtype() const { return policy_.variable_dtype(); }
-  // Sets the policy explicitly. Variables already created keep their dtype, so the new
-  // variable dtype must match theirs (in practice: switch between a mixed policy and
-  // float32, or set the policy of a layer without variables); otherwise this throws.
+  // Sets this module's policy explicitly (not its submodules': build layers under a
+  // global policy or give each its `dtype` option). Variables already created keep their
+  // dtype, so the new variable dtype must match theirs (in practice: switch between a
+  // mixed policy and float32, or set the policy of a layer without variables); otherwise
+  // this throws.
   void set_dtype_policy(const mixed_precision::Policy& policy);
 
   const std::string& kind() const { return kind_; }

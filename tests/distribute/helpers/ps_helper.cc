@@ -50,6 +50,7 @@ struct Config {
   int64_t steps = 300;
   int64_t batch = 64;
   int64_t hidden = 64;
+  int64_t hidden_layers = 1;
   double lr = 0.05;
   std::string optimizer = "sgd";
   int64_t shards = 0;  // FixedShardsPartitioner(shards) when > 0
@@ -96,8 +97,17 @@ nn::DenseOptions seeded(uint64_t seed) {
   return o;
 }
 
+// 784 -> hidden (x hidden_layers, ReLU) -> 10; --hidden 256 --hidden-layers 2 is strata-train's mlp.
 nn::Sequential make_mlp(const Config& c) {
-  return nn::Sequential{nn::Dense(784, c.hidden, seeded(c.seed)), nn::ReLU(), nn::Dense(c.hidden, 10, seeded(c.seed + 1))};
+  nn::Sequential model;
+  int64_t in = 784;
+  for (int64_t i = 0; i < c.hidden_layers; ++i) {
+    model.add(nn::Dense(in, c.hidden, seeded(c.seed + uint64_t(i))));
+    model.add(nn::ReLU());
+    in = c.hidden;
+  }
+  model.add(nn::Dense(in, 10, seeded(c.seed + uint64_t(c.hidden_layers))));
+  return model;
 }
 
 optim::Optimizer make_optimizer(const Config& c) {
@@ -359,6 +369,7 @@ int main(int argc, char** argv) {
     sub->add_option("--steps", c.steps);
     sub->add_option("--batch", c.batch);
     sub->add_option("--hidden", c.hidden);
+    sub->add_option("--hidden-layers", c.hidden_layers);
     sub->add_option("--lr", c.lr);
     sub->add_option("--optimizer", c.optimizer)->check(CLI::IsMember({"sgd", "adam"}));
     sub->add_option("--shards", c.shards);
