@@ -15,6 +15,7 @@
 #include "train/checkpoint.h"
 #include "train/clip.h"
 #include "train/controller.h"
+#include "train/fit.h"
 #include "train/loss_scale_optimizer.h"
 #include "train/losses.h"
 #include "train/metrics.h"

@@ -132,7 +132,7 @@ class Strategy {
       run_replicas([&]([[maybe_unused]] int r) { fn(select_replica(args, r)...); });
     } else {
       std::vector<std::optional<R>> results(static_cast<size_t>(num_local_replicas()));
-      run_replicas([&](int r) { results[size_t(r)].emplace(fn(select_replica(args, r)...)); });
+      run_replicas([&]([[maybe_unused]] int r) { results[size_t(r)].emplace(fn(select_replica(args, r)...)); });
       std::vector<R> out;
       out.reserve(results.size());
       for (auto& v : results) out.push_back(std::move(*v));

@@ -19,7 +19,6 @@
 #include <filesystem>
 
 #include "strata.h"
-#include "train/fit.h"
 
 using namespace strata;
 namespace fs = std::filesystem;
