@@ -45,7 +45,7 @@ void add_matmul(std::vector<Result>& out, int64_t n, int reps) {
   const double flops = 2.0 * double(n) * double(n) * double(n);
   const int threads = num_threads();
   Timing ts = time_it([&] { matmul(a, b); }, reps);
-  std::vector<float> c(size_t(n * n));
+  std::vector<float> c(static_cast<size_t>(n * n));
   openblas_set_num_threads(threads);
   Timing tb = time_it([&] {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(n), int(n), int(n), 1.0f, a.data<float>(), int(n),
@@ -70,7 +70,7 @@ void add_matmul(std::vector<Result>& out, int64_t n, int reps) {
 
 void add_elementwise(std::vector<Result>& out, int64_t n, int reps) {
   Tensor a = randn({n}, 3), b = randn({n}, 4);
-  std::vector<float> c(size_t(n));
+  std::vector<float> c(static_cast<size_t>(n));
   const float* pa = a.data<float>();
   const float* pb = b.data<float>();
   const double bytes3 = 12.0 * double(n), bytes2 = 8.0 * double(n);
@@ -114,7 +114,7 @@ void add_elementwise(std::vector<Result>& out, int64_t n, int reps) {
 
 void add_softmax(std::vector<Result>& out, int64_t rows, int64_t cols, int reps) {
   Tensor x = randn({rows, cols}, 5);
-  std::vector<float> y(size_t(rows * cols));
+  std::vector<float> y(static_cast<size_t>(rows * cols));
   const float* px = x.data<float>();
   Timing loop = time_it([&] {
     for (int64_t r = 0; r < rows; ++r) {
@@ -141,7 +141,7 @@ void add_conv(std::vector<Result>& out, int64_t batch, int64_t hw, int64_t cin, 
   // Baseline: the single GEMM an im2col convolution reduces to, through OpenBLAS.
   const int64_t m = batch * oh * oh, k = 9 * cin;
   Tensor col = randn({m, k}, 8);
-  std::vector<float> c(size_t(m * cout));
+  std::vector<float> c(static_cast<size_t>(m * cout));
   openblas_set_num_threads(num_threads());
   Timing tb = time_it([&] {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(m), int(cout), int(k), 1.0f, col.data<float>(), int(k),
