@@ -48,6 +48,20 @@ class Hparams {
   std::set<std::string> used_;
 };
 
+// Adam and AdamW read the same hyperparameters (AdamW's weight decay is decoupled).
+template <typename Opt, typename Options>
+Optimizer make_adam_like(Hparams& h) {
+  const double lr = h.required("lr");
+  Options o;
+  o.beta1 = h.number("beta1", o.beta1);
+  o.beta2 = h.number("beta2", o.beta2);
+  o.epsilon = h.number("eps", o.epsilon);
+  o.weight_decay = h.number("weight_decay", o.weight_decay);
+  o.global_clipnorm = h.number("global_clipnorm", o.global_clipnorm);
+  h.check_all_used();
+  return Opt(lr, o);
+}
+
 }  // namespace
 
 Optimizer make_optimizer(const std::string& name, const nlohmann::json& hparams) {
@@ -62,28 +76,8 @@ Optimizer make_optimizer(const std::string& name, const nlohmann::json& hparams)
     h.check_all_used();
     return SGD(lr, o);
   }
-  if (name == "adam") {
-    const double lr = h.required("lr");
-    AdamOptions o;
-    o.beta1 = h.number("beta1", o.beta1);
-    o.beta2 = h.number("beta2", o.beta2);
-    o.epsilon = h.number("eps", o.epsilon);
-    o.weight_decay = h.number("weight_decay", o.weight_decay);
-    o.global_clipnorm = h.number("global_clipnorm", o.global_clipnorm);
-    h.check_all_used();
-    return Adam(lr, o);
-  }
-  if (name == "adamw") {
-    const double lr = h.required("lr");
-    AdamWOptions o;
-    o.beta1 = h.number("beta1", o.beta1);
-    o.beta2 = h.number("beta2", o.beta2);
-    o.epsilon = h.number("eps", o.epsilon);
-    o.weight_decay = h.number("weight_decay", o.weight_decay);
-    o.global_clipnorm = h.number("global_clipnorm", o.global_clipnorm);
-    h.check_all_used();
-    return AdamW(lr, o);
-  }
+  if (name == "adam") return make_adam_like<Adam, AdamOptions>(h);
+  if (name == "adamw") return make_adam_like<AdamW, AdamWOptions>(h);
   fail("make_optimizer: unknown optimizer '", name, "' (expected sgd, adam or adamw)");
 }
 

@@ -10,26 +10,12 @@
 #include <string>
 #include <sys/wait.h>
 
-#include "tests/test_util.h"
+#include "tests/tools/strata_train_runner.h"
 
 namespace {
 
-struct Run {
-  int status = -1;
-  std::string output;
-};
-
-Run run(const std::string& args) {
-  const std::string cmd = std::string(STRATA_BIN_DIR) + "/strata-train " + args + " 2>&1";
-  Run r;
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof buf, p)) r.output.append(buf, n);
-  const int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+using Run = strata::testing::ProgramRun;
+inline Run run(const std::string& args) { return strata::testing::run_strata_train(args); }
 
 }  // namespace
 
