@@ -188,6 +188,16 @@ GlooCommunicator::GlooCommunicator(const GlooCommunicatorOptions& options)
     auto device = gloo::transport::tcp::CreateDevice(attr);
     GlooStore gstore(store, prefix + "/mesh/", rank_, size_, options.comm.timeout_seconds);
     context->connectFullMesh(gstore, device);
+    // connectFullMesh can return on one rank while a peer is still finishing its side of
+    // the handshake; a rank that then left at once (a group that never calls a collective)
+    // would break the peer's connect. A barrier makes construction end together. Tag 0 is
+    // never used by a collective (their tags count from 1).
+    if (size_ > 1) {
+      gloo::BarrierOptions opts(context);
+      opts.setTag(0);
+      opts.setTimeout(to_millis(options.comm.timeout_seconds));
+      gloo::barrier(opts);
+    }
     context_ = std::move(context);
   } catch (const Error&) {
     throw;  // already names the ranks that never joined

@@ -70,7 +70,7 @@ TEST_CASE("random: draws do not depend on the thread count", "[random][threads]"
   }
 }
 
-TEST_CASE("random: uniform stays in [low, high) in every float dtype", "[random]") {
+TEST_CASE("random: uniform stays in low..high in every float dtype", "[random]") {
   for (DType dt : {kFloat32, kFloat64, kFloat16, kBFloat16}) {
     INFO(dtype_name(dt));
     for (auto [lo, hi] : std::vector<std::pair<double, double>>{{0, 1}, {-3, -1}, {-1, 1}, {10, 11}}) {

@@ -126,7 +126,7 @@ TEST_CASE("reduce: every reduction over every axis subset matches a float64 refe
   }
 }
 
-TEST_CASE("reduce: an explicit empty axis list reduces nothing; nullopt reduces everything", "[reduce]") {
+TEST_CASE("reduce: an explicit empty axis list reduces nothing, nullopt reduces everything", "[reduce]") {
   Tensor x = testing::rand_tensor({2, 3}, 52);
   CHECK(identical(sum(x, std::vector<int64_t>{}), x));
   CHECK(identical(max(x, std::vector<int64_t>{}, true), x));

@@ -100,7 +100,7 @@ TEST_CASE("tensor: metadata, item, data and rank-0 scalars", "[tensor]") {
   CHECK(s.expand_dims(0).shape() == Shape{1});
 }
 
-TEST_CASE("tensor: every tensor has a distinct id; copies alias", "[tensor]") {
+TEST_CASE("tensor: every tensor has a distinct id, copies alias", "[tensor]") {
   Tensor a = zeros({2});
   Tensor b = zeros({2});
   Tensor alias = a;
@@ -127,7 +127,7 @@ TEST_CASE("tensor: zero-size tensors", "[tensor]") {
   CHECK(e.str() == "tensor([], shape=[0,3], dtype=float32)");
 }
 
-TEST_CASE("tensor: views share storage; writes through a view are visible", "[tensor][views]") {
+TEST_CASE("tensor: views share storage, writes through a view are visible", "[tensor][views]") {
   Tensor base = arange(0, 12).reshape({3, 4});
   SECTION("reshape of contiguous data") {
     Tensor r = base.reshape({4, 3});

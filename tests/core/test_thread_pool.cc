@@ -12,7 +12,7 @@
 using namespace strata;
 using Catch::Matchers::Contains;
 
-TEST_CASE("thread pool: parallel_for covers [0, n) exactly once", "[threads]") {
+TEST_CASE("thread pool: parallel_for covers 0..n exactly once", "[threads]") {
   testing::ThreadCountGuard g(2);
   CHECK(num_threads() == 2);
   for (int64_t n : {int64_t(0), int64_t(1), int64_t(7), int64_t(100000)}) {

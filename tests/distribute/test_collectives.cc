@@ -89,7 +89,7 @@ TEST_CASE("cross-device ops: ReductionToOneDevice and HierarchicalCopyAllReduce 
   }
 }
 
-TEST_CASE("all_reduce packs by dtype and bytes_per_pack; undefined gradients stay undefined") {
+TEST_CASE("all_reduce packs by dtype and bytes_per_pack, undefined gradients stay undefined") {
   for (int64_t pack : {int64_t(0), int64_t(64), int64_t(1 << 20)}) {
     INFO("bytes_per_pack " << pack);
     MirroredStrategy strategy(MirroredStrategy::cpu_devices(3), CrossDeviceOps::Default,

@@ -40,7 +40,7 @@ TEST_CASE("split sizes follow TensorFlow's rebatching") {
   REQUIRE_THROWS_WITH(split_batch({Tensor::scalar(1.0)}, 2), Catch::Contains("needs a leading batch axis"));
 }
 
-TEST_CASE("experimental_distribute_dataset splits global batches; a short last batch is never dropped") {
+TEST_CASE("experimental_distribute_dataset splits global batches, a short last batch is never dropped") {
   // testSimpleInputFromDatasetLastPartialBatch on one worker: range(14).batch(8).
   for (int n : {1, 2, 3, 4}) {
     INFO("replicas " << n);
@@ -76,7 +76,7 @@ TEST_CASE("experimental_distribute_dataset splits global batches; a short last b
   REQUIRE(!it.next().has_value());
 }
 
-TEST_CASE("every component of an element is split the same way; placement can be turned off") {
+TEST_CASE("every component of an element is split the same way, placement can be turned off") {
   MirroredStrategy strategy(MirroredStrategy::cpu_devices(3));
   Tensor images = arange(0, 7 * 4).reshape({7, 2, 2});
   Tensor labels = arange(0, 7, 1, kInt64);

@@ -433,7 +433,7 @@ TEST_CASE("checkpoint round trips for every synchronization x aggregation x stra
   }
 }
 
-TEST_CASE("checkpoints restore under a different replica count; integer sums are split exactly") {
+TEST_CASE("checkpoints restore under a different replica count, integer sums are split exactly") {
   Tensor saved;
   {
     MirroredStrategy three(MirroredStrategy::cpu_devices(3));
@@ -460,7 +460,7 @@ TEST_CASE("checkpoints restore under a different replica count; integer sums are
   REQUIRE(count.value().to_vector<int64_t>() == std::vector<int64_t>{5, -5});
 }
 
-TEST_CASE("gradients flow per replica through mirrored variables; slots created inside run are shared") {
+TEST_CASE("gradients flow per replica through mirrored variables, slots created inside run are shared") {
   MirroredStrategy strategy(MirroredStrategy::cpu_devices(2));
   Variable w;
   {

@@ -91,7 +91,7 @@ TEST_CASE("reduce of a non-distributed value follows TensorFlow (MEAN returns it
   }
 }
 
-TEST_CASE("gather concatenates replicas' values along an axis; local results") {
+TEST_CASE("gather concatenates replicas' values along an axis, local results") {
   for (const auto& c : all_strategy_cases()) {
     INFO(c.label);
     auto strategy = c.make();
@@ -233,7 +233,7 @@ TEST_CASE("scopes: mixing different strategies raises, like TensorFlow") {
   REQUIRE(!has_strategy());
 }
 
-TEST_CASE("cross-replica methods raise in replica context; run cannot be nested") {
+TEST_CASE("cross-replica methods raise in replica context, run cannot be nested") {
   for (const auto& c : all_strategy_cases()) {
     INFO(c.label);
     auto strategy = c.make();

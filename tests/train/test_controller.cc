@@ -184,7 +184,7 @@ TEST_CASE("Controller: steps_per_loop arithmetic") {
   REQUIRE(trainer2.calls == std::vector<int64_t>{5, 5, 5, 5, 10, 10, 5});
 }
 
-TEST_CASE("Controller: summary_interval gates in-loop summaries; loop outputs are written every loop") {
+TEST_CASE("Controller: summary_interval gates in-loop summaries, loop outputs are written every loop") {
   TempDir dir("summary_interval");
   Variable step = train::create_global_step();
   CountingTrainer trainer(step);
@@ -345,7 +345,7 @@ TEST_CASE("Controller: train_and_evaluate alternates and checkpoints at the end"
   REQUIRE(trainer.calls == std::vector<int64_t>{10, 10, 10, 10, 10, 10, 5});
 }
 
-TEST_CASE("StandardTrainer: the iterator persists across loops; the global step is advanced once per step") {
+TEST_CASE("StandardTrainer: the iterator persists across loops, the global step is advanced once per step") {
   for (bool in_step : {false, true}) {
     for (const char* name : {"default", "mirrored"}) {
       INFO(name << (in_step ? ", global step advanced inside strategy.run" : ""));
@@ -365,7 +365,7 @@ TEST_CASE("StandardTrainer: the iterator persists across loops; the global step 
   }
 }
 
-TEST_CASE("StandardEvaluator: a fresh iterator per evaluation; steps bound it") {
+TEST_CASE("StandardEvaluator: a fresh iterator per evaluation, steps bound it") {
   Job job("mirrored", 2, {});
   auto full = job.evaluator->evaluate(-1);
   REQUIRE(full.at("examples") == 96);

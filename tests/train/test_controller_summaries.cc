@@ -116,7 +116,7 @@ TEST_CASE("ProgressReporter: plain lines with step, loss, examples/s and ETA, th
   REQUIRE(count(out, "ETA") == 1);  // not once the target is reached
 }
 
-TEST_CASE("ProgressReporter: a redrawn bar on a terminal; verbose and quiet levels") {
+TEST_CASE("ProgressReporter: a redrawn bar on a terminal, verbose and quiet levels") {
   {
     Capture cap;
     train::ProgressOptions o;
