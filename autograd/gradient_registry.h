@@ -6,6 +6,7 @@
 // tape that watches the backward pass records it: higher derivatives come for free.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "autograd/tape.h"
@@ -19,6 +20,10 @@ struct GradContext {
   const std::vector<TensorMeta>& input_meta;
   const Tensor& output;  // undefined unless needs_output
   const TensorMeta& output_meta;
+  // Bit k set: the gradient of input k is used. A VJP may return an undefined tensor for
+  // the others (a matmul skips the product for an unwatched input, e.g. the data batch).
+  uint64_t wanted = ~uint64_t(0);
+  bool wants(size_t k) const { return k >= 64 || ((wanted >> k) & 1) != 0; }
 };
 
 using VjpFn = std::vector<Tensor> (*)(const GradContext& ctx, const Tensor& grad);

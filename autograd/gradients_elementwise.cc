@@ -61,10 +61,16 @@ Grads binary_vjp(const GradContext& c, const Tensor& g) {
   const Shape& sa = c.input_meta[0].shape;
   const Shape& sb = c.input_meta[1].shape;
   switch (c.op) {
-    case OpId::Add: return {unbroadcast(g, sa), unbroadcast(g, sb)};
-    case OpId::Sub: return {unbroadcast(g, sa), unbroadcast(-g, sb)};
-    case OpId::Mul: return {unbroadcast(g * b, sa), unbroadcast(g * a, sb)};
-    case OpId::Div: return {unbroadcast(g / b, sa), unbroadcast(-(g * a) / square(b), sb)};
+    // Inputs that lead to no source (c.wants) get no gradient: no reduction, no product.
+    case OpId::Add:
+      return {c.wants(0) ? unbroadcast(g, sa) : Tensor(), c.wants(1) ? unbroadcast(g, sb) : Tensor()};
+    case OpId::Sub:
+      return {c.wants(0) ? unbroadcast(g, sa) : Tensor(), c.wants(1) ? unbroadcast(-g, sb) : Tensor()};
+    case OpId::Mul:
+      return {c.wants(0) ? unbroadcast(g * b, sa) : Tensor(), c.wants(1) ? unbroadcast(g * a, sb) : Tensor()};
+    case OpId::Div:
+      return {c.wants(0) ? unbroadcast(g / b, sa) : Tensor(),
+              c.wants(1) ? unbroadcast(-(g * a) / square(b), sb) : Tensor()};
     case OpId::Pow: {
       // d/da = b a^(b-1); d/db = a^b log a, taken as 0 where a <= 0 (as TensorFlow does).
       Tensor ga = g * b * pow(a, b - 1.0);

@@ -14,9 +14,10 @@ Grads matmul_vjp(const GradContext& c, const Tensor& g) {
   const Tensor& a = c.inputs[0];
   const Tensor& b = c.inputs[1];
   const bool ta = c.attrs.transpose_a, tb = c.attrs.transpose_b;
-  Tensor da = ta ? matmul(b, g, tb, true) : matmul(g, b, false, !tb);
-  Tensor db = tb ? matmul(g, a, true, ta) : matmul(a, g, !ta, false);
-  return {unbroadcast(da, c.input_meta[0].shape), unbroadcast(db, c.input_meta[1].shape)};
+  Tensor da, db;
+  if (c.wants(0)) da = unbroadcast(ta ? matmul(b, g, tb, true) : matmul(g, b, false, !tb), c.input_meta[0].shape);
+  if (c.wants(1)) db = unbroadcast(tb ? matmul(g, a, true, ta) : matmul(a, g, !ta, false), c.input_meta[1].shape);
+  return {da, db};
 }
 
 Grads softmax_vjp(const GradContext& c, const Tensor& g) {
@@ -58,8 +59,9 @@ Grads conv_vjp(const GradContext& c, const Tensor& g) {
     case OpId::Conv2D: {
       const Tensor& x = c.inputs[0];
       const Tensor& w = c.inputs[1];
-      return {conv2d_backprop_input(x.shape(), w, g, a.strides, a.padding),
-              conv2d_backprop_filter(x, w.shape(), g, a.strides, a.padding)};
+      // The first layer's input (the data batch) needs no gradient: skip that convolution.
+      return {c.wants(0) ? conv2d_backprop_input(x.shape(), w, g, a.strides, a.padding) : Tensor(),
+              c.wants(1) ? conv2d_backprop_filter(x, w.shape(), g, a.strides, a.padding) : Tensor()};
     }
     case OpId::Conv2DBackpropInput: {  // inputs (w, dy) -> dx, linear in each
       const Tensor& w = c.inputs[0];

@@ -128,7 +128,9 @@ void GradientTape::maybe_record(OpId op, const OpAttrs& attrs, std::span<const T
   const GradientDef* def = find_gradient(op);
   STRATA_CHECK(def != nullptr, op_name(op), ": no gradient registered (internal error)");
   if (!def->differentiable) return;  // e.g. stop_gradient: outputs stay unwatched
-  // Built in place: this runs once per op under a tape, so it avoids temporaries.
+  // Built in place: this runs once per op under a tape, so it avoids temporaries. The first
+  // record reserves room for a typical step, sparing the early doublings' moves and frees.
+  if (nodes_.capacity() == 0) nodes_.reserve(128);
   TapeNode& node = nodes_.emplace_back();
   node.op = op;
   node.attrs = attrs;
@@ -215,7 +217,12 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
       inputs = node.input_ids.size() < kMaxUnsavedInputs ? &undefined_inputs(node.input_ids.size())
                                                          : &(unsaved = std::vector<Tensor>(node.input_ids.size()));
     }
-    GradContext ctx{node.op, node.attrs, *inputs, node.input_meta, node.output, node.output_meta};
+    // Tells the VJP which inputs lead to a source, so it can skip the others' products.
+    uint64_t wanted = 0;
+    for (size_t k = 0; k < node.input_ids.size() && k < 64; ++k) {
+      if (reach.contains(node.input_ids[k])) wanted |= uint64_t(1) << k;
+    }
+    GradContext ctx{node.op, node.attrs, *inputs, node.input_meta, node.output, node.output_meta, wanted};
     std::vector<Tensor> in_grads = def->vjp(ctx, g);
     STRATA_CHECK(in_grads.size() == node.input_ids.size(), op_name(node.op),
                  ": gradient returned ", in_grads.size(), " tensors for ", node.input_ids.size(),

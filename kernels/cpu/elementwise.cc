@@ -5,6 +5,7 @@
 // small block of the compute type first.
 #include <Eigen/Core>
 #include <cmath>
+#include <unsupported/Eigen/SpecialFunctions>
 #include <limits>
 
 #include "core/dispatch.h"
@@ -161,10 +162,20 @@ void float_unary(OpId op, const OpAttrs& attrs, const Tensor& x, const Tensor& o
         return unary_loop<T, T>(x, out, kTranscendental,
                                 [](const auto& a) { return a.unaryExpr([](C v) { return gelu_tanh(v); }); });
       }
+      if constexpr (std::is_same_v<C, float>) {
+        // Eigen's vectorised float erf (a rational fit within a few ulp) rather than a
+        // scalar std::erf call per element.
+        return unary_loop<T, T>(x, out, kTranscendental, [](const auto& a) {
+          return C(0.5) * a * (C(1) + (a * C(0.70710678118654752440)).erf());
+        });
+      }
       return unary_loop<T, T>(x, out, kTranscendental,
                               [](const auto& a) { return a.unaryExpr([](C v) { return gelu_exact(v); }); });
     case OpId::Reciprocal: return unary_loop<T, T>(x, out, kCheap, [](const auto& a) { return a.inverse(); });
     case OpId::Erf:
+      if constexpr (std::is_same_v<C, float>) {
+        return unary_loop<T, T>(x, out, kTranscendental, [](const auto& a) { return a.erf(); });
+      }
       return unary_loop<T, T>(x, out, kTranscendental,
                               [](const auto& a) { return a.unaryExpr([](C v) { return C(std::erf(v)); }); });
     case OpId::StopGradient:
@@ -327,6 +338,38 @@ void where_kernel(const KernelArgs& k) {
     for_each_strided<4>(shape, {out.strides(), strides_for(cond, shape), strides_for(k.in[1], shape),
                                 strides_for(k.in[2], shape)},
                         kCheap, [&](int64_t n, const std::array<int64_t, 4>& off, const std::array<int64_t, 4>& st) {
+      // Contiguous runs whose branches are contiguous or scalars (relu's gradient selects
+      // between g and 0) take loops the compiler vectorises.
+      if (st[0] == 1 && st[1] == 1 && (st[2] | st[3]) <= 1 && st[2] >= 0 && st[3] >= 0) {
+        T* po = o + off[0];
+        // Read as bytes: GCC 12 vectorises the select on unsigned char but not on bool.
+        const unsigned char* pc = reinterpret_cast<const unsigned char*>(c + off[1]);
+        const T* x = pa + off[2];
+        const T* y = pb + off[3];
+        // Both sides are loaded unconditionally so that the select becomes a blend.
+        if (st[2] == 1 && st[3] == 1) {
+          for (int64_t i = 0; i < n; ++i) {
+            const T xi = x[i], yi = y[i];
+            po[i] = pc[i] ? xi : yi;
+          }
+        } else if (st[2] == 1) {
+          const T yv = y[0];
+          for (int64_t i = 0; i < n; ++i) {
+            const T xi = x[i];
+            po[i] = pc[i] ? xi : yv;
+          }
+        } else if (st[3] == 1) {
+          const T xv = x[0];
+          for (int64_t i = 0; i < n; ++i) {
+            const T yi = y[i];
+            po[i] = pc[i] ? xv : yi;
+          }
+        } else {
+          const T xv = x[0], yv = y[0];
+          for (int64_t i = 0; i < n; ++i) po[i] = pc[i] ? xv : yv;
+        }
+        return;
+      }
       for (int64_t i = 0; i < n; ++i) {
         o[off[0] + i * st[0]] = c[off[1] + i * st[1]] ? pa[off[2] + i * st[2]] : pb[off[3] + i * st[3]];
       }

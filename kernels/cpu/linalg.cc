@@ -97,7 +97,10 @@ void matmul_typed(const Operand& A, const Operand& B, bool ta, bool tb, const Te
     }
     return off;
   };
-  const double flops_ns = 2.0 * double(k) * double(n) * 0.01;  // ~100 GFLOP/s per core
+  // ~100 GFLOP/s per core, scaled by 2.5: parallel_for keeps work under ~0.5 ms on one
+  // thread, but a GEMM already repays a wake-up (~25-50 us) from ~0.2 ms (256^3 at 1 thread
+  // was 0.4x two-thread OpenBLAS).
+  const double flops_ns = 2.0 * double(k) * double(n) * 0.01 * 2.5;
   if (batches == 1) {
     parallel_for(m, flops_ns, [&](int64_t r0, int64_t r1) {
       const T* a = pa + r0 * (eff_ta ? 1 : A.ld);

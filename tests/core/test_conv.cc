@@ -192,6 +192,27 @@ TEST_CASE("conv: conv2d gives the same values at 1 and 2 threads", "[conv][threa
   CHECK(identical(one, two));
 }
 
+TEST_CASE("conv: backprop ops give the same values at 1 and 2 threads over many chunks", "[conv][threads]") {
+  // 24 images of ~0.6 MB of im2col each: one image per GEMM chunk, 24 chunks over 8 filter
+  // gradient lanes (3 per lane), so both the chunking and the lane sums are exercised.
+  Tensor x = testing::rand_tensor({24, 32, 32, 16}, 510);
+  Tensor w = testing::rand_tensor({3, 3, 16, 16}, 511);
+  Tensor dy = testing::rand_tensor({24, 32, 32, 16}, 512);
+  Tensor dx[2], dw[2];
+  for (int t : {1, 2}) {
+    testing::ThreadCountGuard g(t);
+    dx[t - 1] = conv2d_backprop_input(x.shape(), w, dy, {1, 1}, Padding::Same);
+    dw[t - 1] = conv2d_backprop_filter(x, w.shape(), dy, {1, 1}, Padding::Same);
+  }
+  CHECK(identical(dx[0], dx[1]));
+  CHECK(identical(dw[0], dw[1]));
+  // And the chunked float32 sums agree with float64.
+  Tensor dw64 = conv2d_backprop_filter(x.cast(kFloat64), w.shape(), dy.cast(kFloat64), {1, 1}, Padding::Same);
+  CHECK(testing::allclose(dw[0].cast(kFloat64), dw64, 1e-4, 1e-3));
+  Tensor dx64 = conv2d_backprop_input(x.shape(), w.cast(kFloat64), dy.cast(kFloat64), {1, 1}, Padding::Same);
+  CHECK(testing::allclose(dx[0].cast(kFloat64), dx64, 1e-5, 1e-5));
+}
+
 TEST_CASE("conv: max and average pooling match naive references", "[conv][pool]") {
   struct PoolCase {
     Shape x;
