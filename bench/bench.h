@@ -5,6 +5,7 @@
 #include <chrono>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace strata::bench {
@@ -23,6 +24,10 @@ struct Result {
   std::string baseline;    // what the baseline is ("OpenBLAS sgemm", "memcpy", ...)
   double baseline_value = 0;
   bool lower_is_better = false;
+  // Further figures of the same measurement (e.g. algbw next to busbw), printed at the end
+  // of the row and written to JSON under "extra".
+  std::vector<std::pair<std::string, double>> extra = {};
+  std::string note = {};  // a word on how it was measured (e.g. the algorithm strata chose)
   // strata relative to the baseline: > 1 means strata is better.
   double ratio() const {
     if (baseline_value <= 0 || value <= 0) return 0;

@@ -1,16 +1,42 @@
-// collectives suite: all-reduce across replica threads in one process (the in-process
-// backend MirroredStrategy uses), with nccl-tests' definitions: algbw = bytes / time,
-// busbw = algbw x 2(n-1)/n. Baseline: memcpy of the same bytes.
+// collectives suite, with nccl-tests' definitions: algbw = bytes / time,
+// busbw = algbw x 2(n-1)/n (GB/s = 1e9 bytes/s).
+// - in process: all-reduce across replica threads (the backend MirroredStrategy uses);
+//   baseline: memcpy of the same bytes.
+// - across processes: all-reduce of float32 between 2 and 4 worker processes over
+//   loopback through strata's GlooCommunicator; baseline: gloo::allreduce called directly
+//   on a Gloo context of its own (rendezvous through the same TcpStore), the faster of
+//   Gloo's ring and bcube algorithms at each size. strata-bench re-executes itself as the
+//   workers (bench/collectives_worker.h); each figure is the median of repetitions (after
+//   warm-up), each repetition timed as the slowest rank's mean per call, strata and Gloo
+//   interleaved; "paired_ratio" is the median of the per-repetition ratios.
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
+#include <nlohmann/json.hpp>
 
 #include "bench/bench.h"
+#include "bench/worker_processes.h"
+#include "core/error.h"
 #include "core/ops.h"
+#include "distribute/collective/gloo_communicator.h"
+#include "distribute/collective/tcp_store.h"
 #include "distribute/strategy.h"
 
 namespace strata::bench {
 
-std::vector<Result> collectives_suite(const Options& o) {
-  std::vector<Result> out;
+namespace {
+
+std::string size_label(int64_t bytes) {
+  return bytes >= (1 << 20) ? std::to_string(bytes >> 20) + " MB" : std::to_string(bytes >> 10) + " KB";
+}
+
+double median(std::vector<double> v) {
+  STRATA_CHECK(!v.empty(), "strata-bench: collectives: a worker returned no timings");
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+void in_process(const Options& o, std::vector<Result>& out) {
   const int n = 2;
   distribute::MirroredStrategy strategy(distribute::MirroredStrategy::cpu_devices(n));
   std::vector<int64_t> sizes = o.quick ? std::vector<int64_t>{1 << 10, 1 << 20}
@@ -31,9 +57,80 @@ std::vector<Result> collectives_suite(const Options& o) {
     Timing copy = time_it([&] { std::memcpy(dst.data(), src.data(), src.size()); }, o.quick ? 2 : 5, inner);
     const double algbw = double(bytes) / t.median_s / 1e9;
     const double busbw = algbw * 2.0 * (n - 1) / n;
-    std::string label = bytes >= (1 << 20) ? std::to_string(bytes >> 20) + " MB" : std::to_string(bytes >> 10) + " KB";
-    out.push_back({"collectives", "in-process all_reduce x" + std::to_string(n) + " " + label + " busbw", busbw, "GB/s",
-                   t.spread(), "memcpy of the same bytes", double(bytes) / copy.median_s / 1e9});
+    Result r{"collectives", "in-process all_reduce x" + std::to_string(n) + " " + size_label(bytes) + " busbw", busbw,
+             "GB/s", t.spread(), "memcpy of the same bytes", double(bytes) / copy.median_s / 1e9};
+    r.extra = {{"algbw", algbw}};
+    out.push_back(std::move(r));
+  }
+}
+
+// One group of `n` worker processes measuring every size; appends one row per size.
+void across_processes(int n, const std::vector<int64_t>& sizes, const Options& o, std::vector<Result>& out) {
+  distribute::TcpStoreServer server(0, "127.0.0.1");
+  const std::string prefix = "bench/x" + std::to_string(n);
+  const double timeout = 60;  // bounds each worker's rendezvous and every collective
+  const std::string exe = WorkerProcesses::self_executable();
+  std::vector<std::vector<std::string>> argvs;
+  for (int rank = 0; rank < n; ++rank) {
+    const nlohmann::json spec = {{"rank", rank},          {"size", n},
+                                 {"port", server.port()}, {"prefix", prefix},
+                                 {"sizes", sizes},        {"reps", o.quick ? 3 : 11},
+                                 {"timeout", timeout},    {"rep_seconds", o.quick ? 0.01 : 0.1}};
+    argvs.push_back({exe, "--collectives-worker", spec.dump()});
+  }
+  WorkerProcesses workers(argvs);
+  // A full run of 9 sizes takes well under a minute per group; the bound is for a machine
+  // so loaded that something must be wrong.
+  workers.wait(o.quick ? 120.0 : 900.0);
+  distribute::TcpStore store("127.0.0.1", server.port(), 10.0);
+  const auto rows = nlohmann::json::parse(store.get(prefix + "/results"));
+  const double bus_factor = 2.0 * (n - 1) / n;
+  for (const auto& row : rows) {
+    const int64_t bytes = row.at("bytes").get<int64_t>();
+    auto seconds = [&](const char* v) { return row.at(v).at("seconds").get<std::vector<double>>(); };
+    const auto s_strata = seconds("strata"), s_ring = seconds("gloo_ring"), s_bcube = seconds("gloo_bcube");
+    const double t_strata = median(s_strata), t_ring = median(s_ring), t_bcube = median(s_bcube);
+    const bool ring_faster = t_ring <= t_bcube;
+    const double t_gloo = ring_faster ? t_ring : t_bcube;
+    const auto& s_gloo = ring_faster ? s_ring : s_bcube;
+    // Each repetition timed strata and Gloo back to back: the median of their per-pair
+    // ratios cancels load that drifts between repetitions (others share these cores).
+    std::vector<double> pairs;
+    for (size_t i = 0; i < s_strata.size() && i < s_gloo.size(); ++i) pairs.push_back(s_gloo[i] / s_strata[i]);
+    auto algbw = [&](double t) { return double(bytes) / t / 1e9; };
+    const auto [lo, hi] = std::minmax_element(s_strata.begin(), s_strata.end());
+    Result r{"collectives",
+             "cross-process all_reduce x" + std::to_string(n) + " " + size_label(bytes) + " busbw",
+             algbw(t_strata) * bus_factor,
+             "GB/s",
+             (*hi - *lo) / t_strata,
+             std::string("gloo::allreduce direct, ") + (ring_faster ? "ring" : "bcube"),
+             algbw(t_gloo) * bus_factor};
+    r.extra = {{"algbw", algbw(t_strata)},
+               {"gloo_algbw", algbw(t_gloo)},
+               {"paired_ratio", median(pairs)},
+               {"gloo_ring_busbw", algbw(t_ring) * bus_factor},
+               {"gloo_bcube_busbw", algbw(t_bcube) * bus_factor}};
+    r.note = "strata used " + row.at("strata_algorithm").get<std::string>();
+    out.push_back(std::move(r));
+  }
+}
+
+}  // namespace
+
+std::vector<Result> collectives_suite(const Options& o) {
+  std::vector<Result> out;
+  in_process(o, out);
+  if (!distribute::gloo_available()) {
+    std::fprintf(stderr, "strata-bench: collectives: cross-process all-reduce skipped: strata was built without Gloo\n");
+    return out;
+  }
+  if (o.quick) {
+    across_processes(2, {1 << 10, 1 << 16, 1 << 20}, o, out);
+  } else {
+    std::vector<int64_t> sizes;
+    for (int64_t b = 1 << 10; b <= int64_t(64) << 20; b *= 4) sizes.push_back(b);
+    for (int n : {2, 4}) across_processes(n, sizes, o, out);
   }
   return out;
 }

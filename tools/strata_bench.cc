@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench.h"
+#include "bench/collectives_worker.h"
 #include "core/thread_pool.h"
 
 using namespace strata;
@@ -25,11 +26,15 @@ int main(int argc, char** argv) {
   app.add_flag("--quick", options.quick, "run every suite briefly (smoke test)");
   app.add_option("--json", json_path, "also write the results as JSON");
   app.add_option("--threads", options.threads, "intra-op threads (default: STRATA_NUM_THREADS or all cores)");
+  // Hidden: the collectives suite re-executes this program as its cross-process workers.
+  std::string worker_spec;
+  app.add_option("--collectives-worker", worker_spec)->group("");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
+  if (!worker_spec.empty()) return bench::collectives_worker_main(worker_spec);
   if (options.threads > 0) set_num_threads(options.threads);
   options.threads = num_threads();
   nlohmann::json report = {{"threads", options.threads}, {"quick", options.quick}, {"results", nlohmann::json::array()}};
@@ -48,12 +53,20 @@ int main(int argc, char** argv) {
       continue;
     }
     for (const auto& r : results) {
-      std::printf("%-12s %-52s %12.4g %-9s %6.1f%%  %-40s %12.4g %6.2fx\n", r.suite.c_str(), r.name.c_str(), r.value,
+      std::printf("%-12s %-52s %12.4g %-9s %6.1f%%  %-40s %12.4g %6.2fx", r.suite.c_str(), r.name.c_str(), r.value,
                   r.unit.c_str(), 100 * r.spread, r.baseline.c_str(), r.baseline_value, r.ratio());
+      for (const auto& [key, v] : r.extra) std::printf("  %s %.4g", key.c_str(), v);
+      if (!r.note.empty()) std::printf("  (%s)", r.note.c_str());
+      std::printf("\n");
       report["results"].push_back({{"suite", r.suite}, {"name", r.name}, {"value", r.value}, {"unit", r.unit},
                                    {"spread", r.spread}, {"baseline", r.baseline},
                                    {"baseline_value", r.baseline_value}, {"ratio", r.ratio()},
                                    {"lower_is_better", r.lower_is_better}});
+      if (!r.extra.empty()) {
+        auto& extra = report["results"].back()["extra"];
+        for (const auto& [key, v] : r.extra) extra[key] = v;
+      }
+      if (!r.note.empty()) report["results"].back()["note"] = r.note;
     }
     std::fflush(stdout);
   }
