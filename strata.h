@@ -11,6 +11,8 @@
 #include "distribute/distributed_variable.h"
 #include "distribute/loss_scaling.h"
 #include "distribute/make_strategy.h"
+#include "distribute/multi_worker_mirrored_strategy.h"
+#include "distribute/distributed_file_utils.h"
 #include "distribute/strategy.h"
 #include "train/checkpoint.h"
 #include "train/clip.h"

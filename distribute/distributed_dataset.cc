@@ -1,6 +1,7 @@
 #include "distribute/distributed_dataset.h"
 
 #include <algorithm>
+#include <deque>
 
 #include "core/ops.h"
 #include "distribute/strategy.h"
@@ -94,6 +95,94 @@ std::optional<PerReplica<data::Batch>> DistributedIterator::next() {
   return PerReplica<data::Batch>(std::move(parts));
 }
 
+// ---- across workers ----
+
+namespace {
+// Replica r's components are [r*k, (r+1)*k) of the flattened element.
+data::Element flatten_parts(const std::vector<data::Batch>& parts, const std::vector<Device>& devices, bool fetch) {
+  data::Element out;
+  for (size_t r = 0; r < parts.size(); ++r) {
+    for (const Tensor& t : parts[r]) out.push_back(place(t, devices[r], fetch));
+  }
+  return out;
+}
+
+int64_t rows_of(const data::Element& e) { return !e.empty() && e[0].defined() && e[0].ndim() >= 1 ? e[0].dim(0) : 0; }
+}  // namespace
+
+data::Dataset DistributedDataset::split_across_workers(Strategy& strategy, const data::Dataset& dataset,
+                                                       const InputOptions& options) {
+  const int workers = strategy.num_workers(), worker = strategy.worker_index();
+  const int local = strategy.num_local_replicas(), total = strategy.num_replicas_in_sync();
+  const std::vector<Device> devices = strategy.devices();
+  const bool fetch = options.experimental_fetch_to_device;
+  data::AutoShardPolicy policy = options.auto_shard_policy;
+  data::Dataset source = dataset;
+  if (policy == data::AutoShardPolicy::File || policy == data::AutoShardPolicy::Auto) {
+    try {
+      source = dataset.auto_shard(workers, worker, data::AutoShardPolicy::File);
+      policy = data::AutoShardPolicy::File;
+    } catch (const Error&) {
+      if (policy == data::AutoShardPolicy::File) throw;
+      policy = data::AutoShardPolicy::Data;  // Auto: not enough files, shard by data
+    }
+  }
+  if (policy == data::AutoShardPolicy::Data) {
+    // Every worker reads the same global batches and keeps its replicas' parts.
+    auto full = std::make_shared<std::atomic<int64_t>>(0);
+    return source.map([=](const data::Element& e) {
+      const int64_t rows = rows_of(e);
+      int64_t seen = full->load();
+      while (rows > seen && !full->compare_exchange_weak(seen, rows)) {
+      }
+      std::vector<data::Batch> parts = split_batch(e, total, std::max(seen, rows));
+      std::vector<data::Batch> mine(parts.begin() + std::ptrdiff_t(worker) * local,
+                                    parts.begin() + std::ptrdiff_t(worker + 1) * local);
+      return flatten_parts(mine, devices, fetch);
+    });
+  }
+  // File / Off: TensorFlow's rebatching. Each batch read is cut into `total` parts (the
+  // per-replica batches of one global batch); this worker's replicas take consecutive
+  // parts, `local` per step.
+  return data::Dataset::from_generator([=]() -> data::Generator {
+    struct State {
+      data::Iterator it;
+      std::deque<data::Batch> parts;
+      int64_t full = 0;
+      bool done = false;
+    };
+    auto state = std::make_shared<State>(State{source.make_iterator(), {}, 0, false});
+    return [state, local, total, devices, fetch]() -> std::optional<data::Element> {
+      while (int(state->parts.size()) < local && !state->done) {
+        auto e = state->it.next();
+        if (!e) {
+          state->done = true;
+          break;
+        }
+        state->full = std::max(state->full, rows_of(*e));
+        for (auto& part : split_batch(*e, total, state->full)) state->parts.push_back(std::move(part));
+      }
+      if (state->parts.empty()) return std::nullopt;
+      std::vector<data::Batch> mine;
+      for (int r = 0; r < local; ++r) {
+        if (!state->parts.empty()) {
+          mine.push_back(std::move(state->parts.front()));
+          state->parts.pop_front();
+          continue;
+        }
+        data::Batch empty;  // the input ended part-way through a step: empty batches
+        for (const Tensor& t : mine[0]) {
+          Shape shape = t.shape();
+          shape[0] = 0;
+          empty.push_back(Tensor::empty(shape, t.dtype(), t.device()));
+        }
+        mine.push_back(std::move(empty));
+      }
+      return flatten_parts(mine, devices, fetch);
+    };
+  });
+}
+
 // ---- dataset ----
 
 DistributedDataset::DistributedDataset(Strategy& strategy, data::Dataset dataset, Mode mode,
@@ -105,7 +194,12 @@ DistributedDataset::DistributedDataset(Strategy& strategy, data::Dataset dataset
   const int n = strategy.num_local_replicas();
   const std::vector<Device> devices = strategy.devices();
   const bool fetch = options.experimental_fetch_to_device;
-  if (mode == Mode::SplitGlobalBatches) {
+  if (mode == Mode::SplitGlobalBatches && strategy.num_workers() > 1) {
+    pipeline_ = split_across_workers(strategy, dataset_, options);
+    if (options.experimental_per_replica_buffer_size > 0) {
+      pipeline_ = pipeline_.prefetch(options.experimental_per_replica_buffer_size);
+    }
+  } else if (mode == Mode::SplitGlobalBatches) {
     // The full batch size, learned from the largest batch seen (shared by iterations).
     auto full = std::make_shared<std::atomic<int64_t>>(0);
     pipeline_ = dataset_.map([n, devices, fetch, full](const data::Element& e) {

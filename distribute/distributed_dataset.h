@@ -12,6 +12,22 @@
 // batches, handed to the local replicas in turn; when it ends part-way, the remaining
 // replicas get empty batches shaped like the first replica's.
 //
+// Across W workers (MultiWorkerMirroredStrategy) experimental_distribute_dataset follows
+// InputOptions::auto_shard_policy, and a step of every worker together consumes one global
+// batch B, each worker B / W of it, split further between its local replicas:
+//  - Data (and Auto when the pipeline does not read enough files): every worker reads
+//    the whole dataset; each global batch is split across all replicas of the job, as
+//    above, and a worker keeps its replicas' parts. Each example is used exactly once.
+//  - File (and Auto when every worker can get a file): worker w reads only the files
+//    i with i % W == w; each batch it reads is cut into one part per replica of the job
+//    and the worker hands its local replicas consecutive parts (TensorFlow's rebatching).
+//    Workers whose file shards give different numbers of batches run different numbers
+//    of steps: give them equal shards, or repeat() the dataset.
+//  - Off: every worker reads the whole dataset and rebatches it as with File, so each
+//    example is used once per worker.
+// With File and Off the iterator's position cannot be saved (the rebatching stage keeps
+// parts between steps); Data keeps it.
+//
 // Each replica's part is copied to its device and one batch per replica is prepared ahead
 // on a background thread (InputOptions). Iteration state can be saved and restored.
 #pragma once
@@ -79,6 +95,10 @@ class DistributedDataset {
   const data::Dataset& dataset() const { return dataset_; }
 
  private:
+  // The multi-worker pipeline of experimental_distribute_dataset (see above).
+  static data::Dataset split_across_workers(Strategy& strategy, const data::Dataset& dataset,
+                                            const InputOptions& options);
+
   Strategy* strategy_;
   data::Dataset dataset_;
   data::Dataset pipeline_;  // dataset_ with the split / placement / prefetch stages

@@ -3,6 +3,8 @@
 
 #include <cstdint>
 
+#include "data/input_context.h"
+
 namespace strata::distribute {
 
 struct InputOptions {
@@ -11,6 +13,9 @@ struct InputOptions {
   bool experimental_fetch_to_device = true;
   // Batches prepared ahead per replica on a background thread (0: none).
   int64_t experimental_per_replica_buffer_size = 1;
+  // How experimental_distribute_dataset splits the input across workers (multi-worker
+  // strategies; TensorFlow keeps it in the dataset's options). See distributed_dataset.h.
+  data::AutoShardPolicy auto_shard_policy = data::AutoShardPolicy::Auto;
 };
 
 }  // namespace strata::distribute

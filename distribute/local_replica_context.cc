@@ -4,6 +4,7 @@
 
 #include "autograd/tape.h"
 #include "core/ops.h"
+#include "distribute/cross_worker.h"
 #include "distribute/strategy.h"
 
 namespace strata::distribute {
@@ -54,10 +55,15 @@ LocalReplicaContext::LocalReplicaContext(Strategy& strategy, int replica, Device
 
 int LocalReplicaContext::num_replicas_in_sync() const { return strategy_.num_replicas_in_sync(); }
 
+int LocalReplicaContext::replica_id_in_sync_group() const {
+  return strategy_.worker_index() * strategy_.num_local_replicas() + replica_;
+}
+
 std::vector<Tensor> LocalReplicaContext::all_reduce(ReduceOp op, const std::vector<Tensor>& values) {
   autograd::StopRecording no_tape;
   std::vector<Tensor> out(values.size());
-  if (comm_.size() == 1) {
+  Communicator* workers = strategy_.worker_communicator();
+  if (comm_.size() == 1 && !workers) {
     for (size_t i = 0; i < values.size(); ++i) out[i] = values[i];
     return out;
   }
@@ -87,7 +93,22 @@ std::vector<Tensor> LocalReplicaContext::all_reduce(ReduceOp op, const std::vect
         for (size_t k = begin; k < end; ++k) flat.push_back(reshape(values[indices[k]], {values[indices[k]].numel()}));
         buffer = concat(flat, 0);
       }
-      comm_.all_reduce(buffer, op);
+      if (workers) {
+        // Hierarchical: the local replicas' buckets are folded on the first replica, which
+        // all-reduces the result across workers; every local replica copies it back.
+        const ReduceOp local_op = op == ReduceOp::Mean ? ReduceOp::Sum : op;
+        const std::string what = std::string("all_reduce(") + reduce_op_name(op) + ", " + dtype_name(buffer.dtype()) +
+                                 shape_str(buffer.shape()) + ")";
+        Tensor total = comm_.merge(what, buffer, [&](const std::vector<Tensor>& parts) {
+          Tensor local = fold_reduce(parts, local_op, parts[0].device());
+          return cross_worker_all_reduce(*workers, op, local, strategy_.num_replicas_in_sync());
+        });
+        // No barrier needed before the next merge: the first replica overwrites the shared
+        // result only after every replica has arrived there, i.e. after copying this one.
+        buffer.copy_(total);
+      } else {
+        comm_.all_reduce(buffer, op);
+      }
       int64_t offset = 0;
       for (size_t k = begin; k < end; ++k) {
         const Tensor& v = values[indices[k]];
@@ -101,7 +122,30 @@ std::vector<Tensor> LocalReplicaContext::all_reduce(ReduceOp op, const std::vect
 }
 
 Tensor LocalReplicaContext::all_gather(const Tensor& value, int64_t axis) {
-  return comm_.all_gather_concat(value, axis);
+  Communicator* workers = strategy_.worker_communicator();
+  if (!workers) return comm_.all_gather_concat(value, axis);
+  autograd::StopRecording no_tape;
+  const int64_t a = normalize_axis(axis, value.ndim(), "all_gather");
+  const std::string what = "all_gather(axis " + std::to_string(a) + ", " + dtype_name(value.dtype()) + ", rank " +
+                           std::to_string(value.ndim()) + ")";
+  Tensor all = comm_.merge(what, value, [&](const std::vector<Tensor>& parts) {
+    std::vector<Tensor> placed;
+    for (const Tensor& p : parts) placed.push_back(p.device() == Device() ? p : p.to(Device()));
+    return cross_worker_concat(*workers, concat(placed, a), a);
+  });
+  Tensor out = Tensor::empty(all.shape(), all.dtype(), device_);
+  out.copy_(all);
+  return out;
+}
+
+void LocalReplicaContext::barrier() {
+  comm_.barrier();
+  if (Communicator* workers = strategy_.worker_communicator()) {
+    comm_.run_once("barrier()", [&]() -> std::shared_ptr<void> {
+      workers->barrier();
+      return nullptr;
+    });
+  }
 }
 
 Tensor LocalReplicaContext::merge_call(const std::function<Tensor(const std::vector<Tensor>&)>& fn,

@@ -15,7 +15,8 @@ class LocalReplicaContext final : public ReplicaContext {
   LocalReplicaContext(Strategy& strategy, int replica, Device device, std::shared_ptr<InProcessGroup> group);
 
   Strategy& strategy() const override { return strategy_; }
-  int replica_id_in_sync_group() const override { return replica_; }
+  // Over every worker: worker_index * local replicas + the local index.
+  int replica_id_in_sync_group() const override;
   int num_replicas_in_sync() const override;
   Device device() const override { return device_; }
   using ReplicaContext::all_reduce;
@@ -23,7 +24,7 @@ class LocalReplicaContext final : public ReplicaContext {
   Tensor all_gather(const Tensor& value, int64_t axis) override;
   Tensor merge_call(const std::function<Tensor(const std::vector<Tensor>&)>& fn, const Tensor& value) override;
   void run_once(const std::function<void()>& fn) override;
-  void barrier() override { comm_.barrier(); }
+  void barrier() override;
 
   // Runs fn once in cross-replica context; every replica receives the same object.
   // `what` describes the call so that replicas creating different things are reported

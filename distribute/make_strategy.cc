@@ -2,6 +2,9 @@
 
 #include <algorithm>
 
+#include "distribute/cluster_resolver.h"
+#include "distribute/multi_worker_mirrored_strategy.h"
+
 namespace strata::distribute {
 
 const std::vector<std::string>& strategy_names() {
@@ -11,7 +14,8 @@ const std::vector<std::string>& strategy_names() {
 }
 
 bool strategy_available(const std::string& name) {
-  return name == "default" || name == "one_device" || name == "mirrored" || name == "central_storage";
+  return name == "default" || name == "one_device" || name == "mirrored" || name == "central_storage" ||
+         name == "multi_worker";
 }
 
 namespace {
@@ -67,10 +71,23 @@ std::unique_ptr<Strategy> make_strategy(const std::string& name, const StrategyO
     return std::make_unique<CentralStorageStrategy>(replica_devices(name, options), options.parameter_device,
                                                     options.communication);
   }
-  if (name == "multi_worker" || name == "parameter_server") {
-    fail("make_strategy: the '", name, "' strategy (",
-         name == "multi_worker" ? "MultiWorkerMirroredStrategy" : "ParameterServerStrategy",
-         ") is not available in this build yet; available: default, one_device, mirrored, central_storage");
+  if (name == "multi_worker") {
+    // The cluster comes from the environment (TF_CONFIG, mpirun, Slurm); replicas and
+    // devices are this worker's local replicas (default: STRATA_REPLICAS_PER_WORKER, else 1).
+    check_no(name, ops_given, "cross_device_ops");
+    check_no(name, options.parameter_device.has_value(), "parameter_device");
+    ClusterResolver resolver = ClusterResolver::from_environment();
+    std::vector<Device> local;
+    if (options.replicas > 0 || !options.devices.empty()) local = replica_devices(name, options);
+    return std::make_unique<MultiWorkerMirroredStrategy>(std::move(resolver), options.communication, std::move(local));
+  }
+  if (name == "parameter_server") {
+    // As in TensorFlow, a ParameterServerStrategy is driven by a ClusterCoordinator that
+    // schedules registered step functions on workers; it cannot stand in for a strategy
+    // whose run() executes the step here.
+    fail("make_strategy: the 'parameter_server' strategy is driven by a ClusterCoordinator and is not built "
+         "here: construct distribute::ParameterServerStrategy(resolver, partitioner) and a ClusterCoordinator "
+         "(distribute/ps/), or run `strata-launch --workers N --ps M -- strata-train --strategy parameter_server`");
   }
   fail("make_strategy: unknown strategy '", name, "' (expected one of: ", names_list(), ")");
 }

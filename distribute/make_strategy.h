@@ -3,10 +3,12 @@
 //
 //   auto strategy = distribute::make_strategy("mirrored", {.replicas = 2});
 //
-// Names: "default", "one_device", "mirrored", "central_storage". "multi_worker" and
-// "parameter_server" are recognised but not available in this build: they throw a
-// strata::Error saying so. Options that do not apply to the named strategy (more than one
-// device for one_device, cross_device_ops for anything but mirrored, ...) throw too.
+// Names: "default", "one_device", "mirrored", "central_storage", "multi_worker" (a
+// MultiWorkerMirroredStrategy over the cluster in the environment; replicas / devices
+// are each worker's local replicas). "parameter_server" is recognised but throws: that
+// strategy is driven by a ClusterCoordinator (distribute/ps/), not by run(). Options that do
+// not apply to the named strategy (more than one device for one_device, cross_device_ops
+// for anything but mirrored, ...) throw too.
 #pragma once
 
 #include <memory>
@@ -39,7 +41,7 @@ std::unique_ptr<Strategy> make_strategy(const std::string& name, const StrategyO
 
 // The names make_strategy recognises, in the order strata-train lists them.
 const std::vector<std::string>& strategy_names();
-// True for the names make_strategy can build in this build.
+// True for the names make_strategy can build (all but "parameter_server").
 bool strategy_available(const std::string& name);
 
 }  // namespace strata::distribute

@@ -7,6 +7,7 @@
 #include "core/ops.h"
 #include "core/thread_pool.h"
 #include "distribute/collective/in_process.h"
+#include "distribute/cross_worker.h"
 #include "distribute/distributed_dataset.h"
 #include "distribute/distributed_variable.h"
 #include "distribute/local_replica_context.h"
@@ -68,7 +69,8 @@ StrategyScope::~StrategyScope() {
 
 // ---- Strategy ----
 
-Strategy::Strategy(std::vector<Device> devices, CommunicationOptions options, CrossDeviceOps cross_device_ops)
+Strategy::Strategy(std::vector<Device> devices, CommunicationOptions options, CrossDeviceOps cross_device_ops,
+                   double local_timeout_seconds)
     : devices_(std::move(devices)), options_(options), extended_(*this) {
   STRATA_CHECK(!devices_.empty(), "Strategy: at least one device is required");
   for (size_t i = 0; i < devices_.size(); ++i) {
@@ -81,7 +83,8 @@ Strategy::Strategy(std::vector<Device> devices, CommunicationOptions options, Cr
   STRATA_CHECK(options_.bytes_per_pack >= 0, "Strategy: CommunicationOptions::bytes_per_pack must be >= 0, got ",
                options_.bytes_per_pack);
   cross_device_ops_ = resolve_cross_device_ops(cross_device_ops, devices_);
-  group_ = std::make_shared<InProcessGroup>(int(devices_.size()), options_.timeout_seconds,
+  group_ = std::make_shared<InProcessGroup>(int(devices_.size()),
+                                            local_timeout_seconds > 0 ? local_timeout_seconds : options_.timeout_seconds,
                                             in_process_algorithm(cross_device_ops_));
   for (size_t r = 0; r < devices_.size(); ++r) {
     contexts_.push_back(std::make_unique<LocalReplicaContext>(*this, int(r), devices_[r], group_));
@@ -191,6 +194,8 @@ Tensor Strategy::reduce(ReduceOp op, const PerReplica<Tensor>& value, std::optio
     STRATA_CHECK(value[r].defined(), "Strategy::reduce: replica ", r, "'s value is undefined");
   }
   const DType dtype = value[0].dtype();
+  if (worker_comm_) return cross_worker_reduce(*worker_comm_, cross_device_ops_, op, value.values(), axis,
+                                               num_replicas_in_sync(), reduce_device());
   if (!axis) {
     if (op == ReduceOp::Mean && !is_floating(dtype)) {
       return cast(extended_.reduce_to(ReduceOp::Sum, value, reduce_device()), kFloat64) / double(value.size());
@@ -246,6 +251,7 @@ Tensor Strategy::gather(const PerReplica<Tensor>& value, int64_t axis) {
   }
   Tensor out = concat(parts, axis);
   if (!(out.device() == dest)) out = out.to(dest);
+  if (worker_comm_) out = cross_worker_concat(*worker_comm_, out, axis);
   return out;
 }
 
@@ -267,9 +273,9 @@ std::vector<Tensor> Strategy::experimental_local_results(const Variable& var) co
 
 DistributedDataset Strategy::experimental_distribute_dataset(const data::Dataset& dataset, const InputOptions& options) {
   require_cross_replica("Strategy::experimental_distribute_dataset");
-  data::Dataset ds = dataset;
-  if (num_workers_ > 1) ds = ds.auto_shard(num_workers_, worker_index_, data::AutoShardPolicy::Auto);
-  return DistributedDataset(*this, ds, DistributedDataset::Mode::SplitGlobalBatches, options);
+  // Across workers, DistributedDataset shards by options.auto_shard_policy and splits each
+  // global batch between the workers (see distributed_dataset.h).
+  return DistributedDataset(*this, dataset, DistributedDataset::Mode::SplitGlobalBatches, options);
 }
 
 DistributedDataset Strategy::distribute_datasets_from_function(

@@ -181,6 +181,13 @@ class Strategy {
   // Index of this worker and the number of workers (1 for single-process strategies).
   int worker_index() const { return worker_index_; }
   int num_workers() const { return num_workers_; }
+  // The communicator joining the worker processes (MultiWorkerMirroredStrategy), or
+  // nullptr for single-process strategies. When set, every reduction (replica-context
+  // all_reduce / all_gather / barrier, and reduce / gather) is hierarchical: the local
+  // replicas first, then across workers through it, and the result back to every local
+  // replica. Only one thread at a time issues its collectives (the main thread in
+  // cross-replica context, the first local replica inside run()).
+  Communicator* worker_communicator() const { return worker_comm_.get(); }
   const CommunicationOptions& communication_options() const { return options_; }
   // Where cross-replica results (reduce, gather) are placed.
   Device reduce_device() const;
@@ -190,12 +197,16 @@ class Strategy {
   void require_cross_replica(const std::string& method, const std::string& hint = "") const;
 
  protected:
+  // local_timeout_seconds bounds the waits among local replicas (0: the options'
+  // timeout); a multi-worker strategy makes it longer than the cross-worker timeout so
+  // that the cross-worker error (naming the lost worker) is the one reported.
   Strategy(std::vector<Device> devices, CommunicationOptions options = {},
-           CrossDeviceOps cross_device_ops = CrossDeviceOps::ReductionToOneDevice);
+           CrossDeviceOps cross_device_ops = CrossDeviceOps::ReductionToOneDevice, double local_timeout_seconds = 0);
   // Builds a variable's impl, called once in cross-replica context.
   virtual std::shared_ptr<autograd::VariableImpl> create_variable(const Tensor& initial,
                                                                   const autograd::VariableOptions& options) = 0;
   void set_workers(int index, int count) { worker_index_ = index, num_workers_ = count; }
+  void set_worker_communicator(std::shared_ptr<Communicator> comm) { worker_comm_ = std::move(comm); }
   // A PerReplica argument of run() must have one value per local replica.
   template <typename T>
   void check_run_argument(const T& arg) const {
@@ -214,6 +225,7 @@ class Strategy {
   CommunicationOptions options_;
   CrossDeviceOps cross_device_ops_;
   int worker_index_ = 0, num_workers_ = 1;
+  std::shared_ptr<Communicator> worker_comm_;
   StrategyExtended extended_;
   std::shared_ptr<InProcessGroup> group_;
   std::vector<std::unique_ptr<LocalReplicaContext>> contexts_;

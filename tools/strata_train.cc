@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "strata.h"
+#include "tools/train/ps_train.h"
 
 using namespace strata;
 namespace fs = std::filesystem;
@@ -155,8 +156,30 @@ class Evaluator final : public train::StandardEvaluator {
   double loss_ = 0, correct_ = 0, count_ = 0;
 };
 
+// --strategy parameter_server: every task of the job (chief, workers, parameter servers)
+// runs tools/train/ps_train.cc's driver.
+int run_parameter_server_job(const Config& c) {
+  STRATA_CHECK(c.replicas <= 1 && c.devices.empty(), "strata-train: --strategy parameter_server runs one replica "
+               "per worker task (strata-launch --workers N --ps M); --replicas and --devices do not apply");
+  tools::PsTrainJob job;
+  job.model = c.model, job.data = c.data, job.model_dir = c.model_dir, job.report = c.report;
+  job.precision = c.precision, job.optimizer = c.optimizer;
+  job.steps = c.steps, job.steps_per_loop = c.steps_per_loop, job.global_batch = c.global_batch;
+  job.eval_steps = c.eval_steps, job.eval_interval = c.eval_interval, job.seed = c.seed;
+  job.learning_rate = c.learning_rate, job.quiet = c.quiet, job.verbose = c.verbose;
+  job.load_data = [&c] {
+    Datasets d = load_data(c);
+    return tools::PsTrainData{std::move(d.train), std::move(d.eval), std::move(d.description)};
+  };
+  job.build_model = [&c](const tools::PsTrainData& d) {
+    return build_model(c.model, d.train.features.ndim() == 2 ? d.train.features.dim(1) : 0);
+  };
+  return tools::run_parameter_server_training(job);
+}
+
 int run(const Config& c) {
   const auto t0 = std::chrono::steady_clock::now();
+  if (c.strategy == "parameter_server") return run_parameter_server_job(c);
   auto strategy = build_strategy(c);
   Datasets d = load_data(c);
   STRATA_CHECK(c.global_batch >= strategy->num_replicas_in_sync(), "strata-train: --global-batch ", c.global_batch,
@@ -187,7 +210,20 @@ int run(const Config& c) {
   train::Checkpoint checkpoint{{"model", model}, {"optimizer", opt}, {"global_step", global_step},
                                {"train_input", trainer.input_state()}};
   const bool chief = strategy->worker_index() == 0;
-  train::CheckpointManager manager(checkpoint, model_dir / "checkpoints", /*max_to_keep=*/3,
+  // Multi-worker: only the chief writes under --model-dir; the other workers write their
+  // checkpoints to temporary directories that they delete (TensorFlow's write_dirpath)
+  // and resume from the chief's latest checkpoint.
+  distribute::WriteDir checkpoint_dir(model_dir / "checkpoints", *strategy);
+  if (checkpoint_dir.temporary()) {
+    const std::optional<std::string> latest =
+        train::CheckpointManager(checkpoint, model_dir / "checkpoints", 1).latest_checkpoint();
+    if (latest) {
+      auto scope = strategy->scope();
+      checkpoint.restore(*latest);
+      std::cerr << "strata-train: worker " << strategy->worker_index() << " resumed from " << *latest << "\n";
+    }
+  }
+  train::CheckpointManager manager(checkpoint, checkpoint_dir.path(), /*max_to_keep=*/3,
                                    /*checkpoint_interval=*/c.steps_per_loop * 5, global_step);
   train::ControllerOptions co;
   co.strategy = strategy.get();

@@ -212,7 +212,10 @@ GlooCommunicator::~GlooCommunicator() = default;
 
 const char* GlooCommunicator::allreduce_algorithm(int64_t bytes) const {
   if (options_.comm.implementation == CommunicationImplementation::Ring) return "ring";
-  return bytes < options_.ring_min_bytes ? "bcube" : "ring";
+  const int64_t ring_min = options_.ring_min_bytes >= 0 ? options_.ring_min_bytes
+                           : size_ <= 2                  ? int64_t(4) << 20
+                                                         : int64_t(16) << 20;
+  return bytes < ring_min ? "bcube" : "ring";
 }
 
 void GlooCommunicator::check_usable(const char* op) const {

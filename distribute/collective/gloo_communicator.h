@@ -51,11 +51,13 @@ struct GlooCommunicatorOptions {
   // forces the ring all-reduce at every size.
   CommunicationOptions comm;
   // all_reduce uses Gloo's bcube (recursive halving-doubling: log2(n) exchanges, latency
-  // bound) below this many bytes and the pipelined, bandwidth-optimal ring from it. Measured
-  // over loopback (tests/distribute helper "bench"): bcube is as fast or faster up to 1-4 MB
-  // (up to 2x with 4 processes); at 64 MB ring is 2-5x faster (bcube neither pipelines
-  // nor reuses its scratch buffer).
-  int64_t ring_min_bytes = int64_t(4) << 20;
+  // bound) below this many bytes and the pipelined, bandwidth-optimal ring from it.
+  // -1 (the default) picks by group size, from loopback measurements (strata-bench
+  // collectives): with 2 ranks bcube is as fast or faster up to 1-4 MB; with more ranks
+  // the ring's 2(n-1) steps cost more and bcube wins up to 4-16 MB; at 64 MB ring is 2-5x
+  // faster (bcube neither pipelines nor reuses its scratch buffer). So: 4 MB for 2 ranks,
+  // 16 MB for more.
+  int64_t ring_min_bytes = -1;
 };
 
 // True when strata was built with Gloo.

@@ -1,5 +1,6 @@
 #include "distribute/ps/cluster_coordinator.h"
 
+#include <algorithm>
 #include <iostream>
 #include <random>
 #include <sstream>
@@ -398,7 +399,11 @@ bool ClusterCoordinator::run_on(int w, const std::shared_ptr<Closure>& closure) 
 
   uint64_t run_id = 0;
   try {
-    run_id = r.client->send(ps::kRun, closure->request, options_.rpc_timeout_seconds);
+    // A worker that cannot take the closure within the heartbeat timeout has failed (it
+    // died between two closures): waiting the whole rpc timeout would hold the closure
+    // back that long before another worker gets it.
+    run_id = r.client->send(ps::kRun, closure->request,
+                            std::min(options_.rpc_timeout_seconds, options_.heartbeat_timeout_seconds));
   } catch (const std::exception& e) {
     fail_worker(std::string("cannot send it a closure: ") + e.what());
     return false;

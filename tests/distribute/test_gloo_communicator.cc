@@ -198,6 +198,13 @@ TEST_CASE("Gloo all_reduce: ring and bcube both reduce correctly at every size",
     if (std::string(gc.allreduce_algorithm(64 << 20)) != "ring") return "64 MB should use ring";
     return {};
   }));
+  // Larger groups keep bcube up to 16 MB (the ring's 2(n-1) steps cost more).
+  require_all_ok(run_group({4}, [](int, Communicator& comm) -> std::string {
+    auto& gc = dynamic_cast<GlooCommunicator&>(comm);
+    if (std::string(gc.allreduce_algorithm(8 << 20)) != "bcube") return "8 MB with 4 ranks should use bcube";
+    if (std::string(gc.allreduce_algorithm(16 << 20)) != "ring") return "16 MB with 4 ranks should use ring";
+    return {};
+  }));
 #endif
 }
 

@@ -362,8 +362,13 @@ TEST_CASE("make_strategy builds the named strategies and refuses what does not a
   REQUIRE(cs->parameter_devices() == std::vector<Device>{cpu(3)});
   REQUIRE(cs->num_replicas_in_sync() == 2);
 
-  REQUIRE_THROWS_WITH(make_strategy("multi_worker"), Catch::Contains("not available in this build"));
-  REQUIRE_THROWS_WITH(make_strategy("parameter_server"), Catch::Contains("not available in this build"));
+  auto mw = make_strategy("multi_worker", {.replicas = 2});  // no cluster in the environment: one worker
+  REQUIRE(mw->name() == "multi_worker");
+  REQUIRE(mw->num_workers() == 1);
+  REQUIRE(mw->num_replicas_in_sync() == 2);
+  REQUIRE_THROWS_WITH(make_strategy("multi_worker", {.cross_device_ops = CrossDeviceOps::ReductionToOneDevice}),
+                      Catch::Contains("cross_device_ops does not apply"));
+  REQUIRE_THROWS_WITH(make_strategy("parameter_server"), Catch::Contains("ClusterCoordinator"));
   REQUIRE_THROWS_WITH(make_strategy("tpu"), Catch::Contains("unknown strategy 'tpu'") && Catch::Contains("mirrored"));
   REQUIRE_THROWS_WITH(make_strategy("one_device", {.replicas = 2}), Catch::Contains("runs one replica"));
   REQUIRE_THROWS_WITH(make_strategy("default", {.devices = {cpu(1)}}), Catch::Contains("one_device"));
@@ -380,7 +385,8 @@ TEST_CASE("make_strategy builds the named strategies and refuses what does not a
                       Catch::Contains("timeout_seconds must be positive"));
   REQUIRE(strategy_names().size() == 6);
   REQUIRE(strategy_available("mirrored"));
-  REQUIRE(!strategy_available("multi_worker"));
+  REQUIRE(strategy_available("multi_worker"));
+  REQUIRE_FALSE(strategy_available("parameter_server"));
   REQUIRE(cross_device_ops_from_name("hierarchical_copy") == CrossDeviceOps::HierarchicalCopyAllReduce);
   REQUIRE(cross_device_ops_from_name("ReductionToOneDevice") == CrossDeviceOps::ReductionToOneDevice);
   REQUIRE_THROWS_WITH(cross_device_ops_from_name("ring"), Catch::Contains("unknown name 'ring'"));

@@ -1,0 +1,204 @@
+// strata_mwms_helper: a worker program for the MultiWorkerMirroredStrategy tests, started
+// through strata-launch or directly with TF_CONFIG set. Subcommands:
+//   collectives             all_reduce / all_gather / barrier in replica context, reduce /
+//                           gather across replicas, and the broadcast of initial variable
+//                           values, checked against the closed-form results
+//   train --out PREFIX      trains tests/distribute/mwms_model.h's MLP and writes this
+//                           worker's final weights to PREFIX.<worker>; --die-worker W
+//                           --die-at-step K makes worker W kill itself (SIGKILL) after step
+//                           K (--stall-worker W: sleeps instead); the survivors print the
+//                           error they got and exit 1
+//   shard --policy P        prints which example ids each local replica gets at each step
+//                           of one epoch of range(--examples) (or of --files, int64
+//                           records) batched by --global-batch
+// Exit status 0 means the checks passed.
+#include <signal.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "core/ops.h"
+#include "data/binary_records.h"
+#include "distribute/multi_worker_mirrored_strategy.h"
+#include "tests/distribute/mwms_model.h"
+
+using namespace strata;
+using namespace strata::distribute;
+
+namespace {
+
+#define CHECK_OR_THROW(cond, ...)                                                                      \
+  do {                                                                                                \
+    if (!(cond)) fail("check failed at line ", __LINE__, ": " #cond " ", ##__VA_ARGS__);              \
+  } while (0)
+
+std::string values_str(const Tensor& t) {
+  std::ostringstream os;
+  for (double v : t.to_vector<double>()) os << v << ' ';
+  return os.str();
+}
+
+int run_collectives(double timeout) {
+  CommunicationOptions o;
+  o.timeout_seconds = timeout;
+  o.bytes_per_pack = 16;  // several buckets per all_reduce call
+  MultiWorkerMirroredStrategy s(ClusterResolver::from_environment(), o);
+  const int n = s.num_replicas_in_sync(), local = s.num_local_replicas(), w = s.worker_index();
+  CHECK_OR_THROW(n == s.num_workers() * local);
+  const double sum_ids = n * (n + 1) / 2.0;  // of (id + 1) over every replica
+  s.run([&] {
+    ReplicaContext* ctx = get_replica_context();
+    const int id = ctx->replica_id_in_sync_group();
+    CHECK_OR_THROW(id >= w * local && id < (w + 1) * local, "id ", id);
+    CHECK_OR_THROW(ctx->num_replicas_in_sync() == n);
+    // Several tensors of two dtypes, packed into several buckets.
+    Tensor a = full({3}, id + 1.0), b = full({2, 2}, 2.0 * (id + 1)), c = full({5}, double(id + 1), kInt64);
+    auto sums = ctx->all_reduce(ReduceOp::Sum, {a, b, c});
+    CHECK_OR_THROW(values_str(sums[0]) == values_str(full({3}, sum_ids)), values_str(sums[0]));
+    CHECK_OR_THROW(values_str(sums[1]) == values_str(full({2, 2}, 2 * sum_ids)), values_str(sums[1]));
+    CHECK_OR_THROW(values_str(sums[2]) == values_str(full({5}, sum_ids, kInt64)), values_str(sums[2]));
+    Tensor mean = ctx->all_reduce(ReduceOp::Mean, full({4}, id + 1.0));
+    CHECK_OR_THROW(values_str(mean) == values_str(full({4}, sum_ids / n)), values_str(mean));
+    Tensor mx = ctx->all_reduce(ReduceOp::Max, full({2}, id + 1.0));
+    CHECK_OR_THROW(mx.to_vector<double>()[0] == n);
+    // Uneven all_gather: replica id contributes id % 2 + 1 rows of value id.
+    Tensor g = ctx->all_gather(full({id % 2 + 1, 2}, double(id)), 0);
+    std::vector<double> want;
+    for (int r = 0; r < n; ++r)
+      for (int k = 0; k < (r % 2 + 1) * 2; ++k) want.push_back(r);
+    CHECK_OR_THROW(g.to_vector<double>() == want, values_str(g));
+    ctx->barrier();
+  });
+  // Cross-replica: reduce and gather of per-replica values.
+  auto per_replica = s.experimental_distribute_values_from_function(
+      [](const ValueContext& v) { return full({v.replica_id_in_sync_group + 1, 2}, double(v.replica_id_in_sync_group)); });
+  Tensor total = s.reduce(ReduceOp::Sum, per_replica, 0);
+  double sum_rows = 0, rows = 0;
+  for (int r = 0; r < n; ++r) sum_rows += double(r) * (r + 1), rows += r + 1;
+  CHECK_OR_THROW(values_str(total) == values_str(full({2}, sum_rows)), values_str(total));
+  Tensor mean = s.reduce(ReduceOp::Mean, per_replica, 0);
+  CHECK_OR_THROW(std::abs(mean.to_vector<double>()[0] - sum_rows / rows) < 1e-6, values_str(mean));
+  Tensor gathered = s.gather(per_replica, 0);
+  CHECK_OR_THROW(gathered.dim(0) == int64_t(rows), shape_str(gathered.shape()));
+  auto scalars = s.experimental_distribute_values_from_function(
+      [](const ValueContext& v) { return full({}, v.replica_id_in_sync_group + 1.0); });
+  CHECK_OR_THROW(s.reduce(ReduceOp::Sum, scalars).item<double>() == sum_ids);
+  CHECK_OR_THROW(s.reduce(ReduceOp::Mean, scalars).item<double>() == sum_ids / n);
+  CHECK_OR_THROW(s.reduce(ReduceOp::Min, scalars).item<double>() == 1.0);
+  // Initial values come from worker 0, whatever each worker passed.
+  Variable v;
+  {
+    auto scope = s.scope();
+    v = Variable(full({4}, w + 1.0), {.name = "broadcast"});
+  }
+  for (const Tensor& component : s.experimental_local_results(v)) {
+    CHECK_OR_THROW(values_str(component) == values_str(full({4}, 1.0)), values_str(component));
+  }
+  std::cout << "worker " << w << ": mwms collectives ok (" << n << " replicas)" << std::endl;
+  return 0;
+}
+
+int run_train(const std::string& out, int epochs, bool seed_per_worker, int die_worker, int die_at_step,
+              int stall_worker, double timeout) {
+  CommunicationOptions o;
+  o.timeout_seconds = timeout;
+  MultiWorkerMirroredStrategy s(ClusterResolver::from_environment(), o);
+  const int w = s.worker_index();
+  const auto t0 = std::chrono::steady_clock::now();
+  int last_step = 0;
+  try {
+    auto weights = testing::mwms_train(s, epochs, seed_per_worker ? 100 + uint64_t(w) * 7 : 1, [&](int step) {
+      last_step = step;
+      if (w == die_worker && step == die_at_step) {
+        std::cout << "worker " << w << ": killing itself after step " << step << std::endl;
+        ::raise(SIGKILL);
+      }
+      if (w == stall_worker && step == die_at_step) {
+        // Alive (its store connection open) but never reaching the next collective.
+        std::cout << "worker " << w << ": stalling after step " << step << std::endl;
+        std::this_thread::sleep_for(std::chrono::seconds(30));
+        std::_Exit(0);
+      }
+    });
+    std::ofstream f(out + "." + std::to_string(w));
+    f.precision(9);
+    for (const Tensor& t : weights)
+      for (double x : t.to_vector<double>()) f << x << '\n';
+    std::cout << "worker " << w << ": trained " << last_step << " steps" << std::endl;
+    return f.good() ? 0 : 1;
+  } catch (const std::exception& e) {
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::cout << "worker " << w << ": failed after step " << last_step << " (" << took << " s): " << e.what()
+              << std::endl;
+    return 1;
+  }
+}
+
+int run_shard(const std::string& policy, int64_t examples, int64_t global_batch, const std::string& files) {
+  MultiWorkerMirroredStrategy s(ClusterResolver::from_environment(), {.timeout_seconds = 60});
+  data::Dataset ds = data::Dataset::range(examples);
+  if (!files.empty()) {
+    std::vector<std::string> list;
+    std::stringstream ss(files);
+    for (std::string item; std::getline(ss, item, ',');) list.push_back(item);
+    data::BinaryRecordSpec spec;
+    spec.fields = {{data::RecordType::Int64, {}, kInt64}};
+    ds = data::binary_records(list, spec);
+  }
+  InputOptions options;
+  options.auto_shard_policy = data::auto_shard_policy_from_name(policy);
+  auto dist = s.experimental_distribute_dataset(ds.batch(global_batch), options);
+  int step = 0;
+  for (auto& batch : dist) {
+    for (size_t r = 0; r < batch.size(); ++r) {
+      std::cout << "worker " << s.worker_index() << " step " << step << " replica " << r << ":";
+      for (int64_t id : batch[r][0].to_vector<int64_t>()) std::cout << ' ' << id;
+      std::cout << '\n';
+    }
+    ++step;
+  }
+  std::cout << "worker " << s.worker_index() << " steps " << step << std::endl;
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"strata_mwms_helper: a worker of the MultiWorkerMirroredStrategy tests"};
+  app.require_subcommand(1);
+  double timeout = 60;
+  std::string out, policy = "auto", files;
+  int epochs = 2, die_worker = -1, die_at_step = -1, stall_worker = -1;
+  bool seed_per_worker = false;
+  int64_t examples = 40, global_batch = 8;
+  auto* coll = app.add_subcommand("collectives", "check every collective");
+  coll->add_option("--timeout", timeout);
+  auto* train = app.add_subcommand("train", "train the test MLP");
+  train->add_option("--out", out)->required();
+  train->add_option("--epochs", epochs);
+  train->add_flag("--seed-per-worker", seed_per_worker);
+  train->add_option("--die-worker", die_worker);
+  train->add_option("--die-at-step", die_at_step);
+  train->add_option("--stall-worker", stall_worker);
+  train->add_option("--timeout", timeout);
+  auto* shard = app.add_subcommand("shard", "print each replica's example ids");
+  shard->add_option("--policy", policy);
+  shard->add_option("--examples", examples);
+  shard->add_option("--global-batch", global_batch);
+  shard->add_option("--files", files);
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (*coll) return run_collectives(timeout);
+    if (*train) return run_train(out, epochs, seed_per_worker, die_worker, die_at_step, stall_worker, timeout);
+    return run_shard(policy, examples, global_batch, files);
+  } catch (const std::exception& e) {
+    std::cout << "error: " << e.what() << std::endl;
+    return 1;
+  }
+}

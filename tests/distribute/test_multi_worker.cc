@@ -1,0 +1,368 @@
+// MultiWorkerMirroredStrategy: collectives across 2 and 4 worker processes (1 or 2 local
+// replicas each), training equivalent to Mirrored(2) in one process, auto-sharding that
+// covers the data exactly once per epoch, a worker killed mid-training, and strata-train
+// --strategy multi_worker under strata-launch (chief-only files, resuming a relaunch).
+// Workers run on 127.0.0.1; every wait is bounded (strata-launch --timeout, and the child
+// processes are killed at the test's deadline).
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "child_process.h"
+#include "core/ops.h"
+#include "distribute/collective/gloo_communicator.h"
+#include "distribute/collective/tcp_store.h"
+#include "distribute/distributed_file_utils.h"
+#include "distribute/multi_worker_mirrored_strategy.h"
+#include "mwms_model.h"
+
+using namespace strata;
+using namespace strata::distribute;
+namespace fs = std::filesystem;
+
+namespace {
+
+bool skip_without_gloo() {
+  if (gloo_available()) return false;
+  WARN("skipped: strata was built without Gloo");
+  return true;
+}
+
+strata::testing::ProcessResult launch(int workers, int replicas, const std::vector<std::string>& program, double timeout) {
+  std::vector<std::string> argv{STRATA_LAUNCH_BIN, "--workers", std::to_string(workers), "--timeout",
+                                std::to_string(int(timeout))};
+  if (replicas > 0) argv.insert(argv.end(), {"--replicas-per-worker", std::to_string(replicas)});
+  argv.push_back("--");
+  argv.insert(argv.end(), program.begin(), program.end());
+  return strata::testing::run_process(argv, {}, timeout + 30.0);
+}
+
+std::vector<std::string> lines_with(const std::string& text, const std::string& needle) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);)
+    if (line.find(needle) != std::string::npos) out.push_back(line);
+  return out;
+}
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    char tmpl[] = "/tmp/strata_mwms_XXXXXX";
+    path = ::mkdtemp(tmpl);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+std::vector<double> read_numbers(const fs::path& file) {
+  std::ifstream in(file);
+  std::vector<double> out;
+  for (double x; in >> x;) out.push_back(x);
+  return out;
+}
+
+// Parses the helper's "worker W step S replica R: id id ..." lines.
+struct Shards {
+  std::map<int, int> steps;                         // worker -> steps
+  std::map<int, std::vector<int64_t>> ids;          // worker -> ids in order
+  std::map<int, std::vector<int64_t>> step_ids;     // step -> ids of every worker, worker order
+};
+
+Shards parse_shards(const std::string& output, int workers) {
+  Shards s;
+  for (int w = 0; w < workers; ++w) {
+    const std::string prefix = "[worker " + std::to_string(w) + "] worker " + std::to_string(w) + " ";
+    for (const std::string& line : lines_with(output, prefix)) {
+      std::istringstream in(line.substr(line.find(prefix) + prefix.size()));
+      std::string word;
+      in >> word;
+      if (word == "steps") {
+        in >> s.steps[w];
+        continue;
+      }
+      int step = 0, replica = 0;
+      std::string r, colon;
+      in >> step >> r >> replica >> colon;
+      for (int64_t id; in >> id;) {
+        s.ids[w].push_back(id);
+        s.step_ids[step].push_back(id);
+      }
+    }
+  }
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("MultiWorkerMirrored: without a cluster it is one worker of local replicas", "[mwms]") {
+  MultiWorkerMirroredStrategy s(ClusterResolver::local(), {}, MirroredStrategy::cpu_devices(2));
+  CHECK(s.name() == "multi_worker");
+  CHECK(s.num_workers() == 1);
+  CHECK(s.worker_index() == 0);
+  CHECK(s.is_chief());
+  CHECK(s.num_replicas_in_sync() == 2);
+  CHECK(s.worker_communicator() == nullptr);
+  auto sums = s.run([] { return get_replica_context()->all_reduce(ReduceOp::Sum, full({2}, 3.0)); });
+  CHECK(s.reduce(ReduceOp::Mean, sums).to_vector<double>() == std::vector<double>{6.0, 6.0});
+  // The chief writes to the real directories.
+  CHECK(write_dirpath("/x/ckpt", s) == fs::path("/x/ckpt"));
+}
+
+TEST_CASE("MultiWorkerMirrored: a parameter-server task or a GPU device is refused", "[mwms]") {
+  auto ps = ClusterResolver::from_tf_config(
+      R"({"cluster": {"worker": ["127.0.0.1:1"], "ps": ["127.0.0.1:2"]}, "task": {"type": "ps", "index": 0}})");
+  CHECK_THROWS_WITH(MultiWorkerMirroredStrategy(ps), Catch::Contains("ps"));
+  CHECK_THROWS_WITH(MultiWorkerMirroredStrategy(ClusterResolver::local(), {}, {Device::parse("cuda:0")}),
+                    Catch::Contains("Gloo"));
+}
+
+TEST_CASE("MultiWorkerMirrored: collectives across 2 and 4 worker processes", "[mwms][multiprocess]") {
+  if (skip_without_gloo()) return;
+  for (auto [workers, replicas] : {std::pair{2, 0}, std::pair{4, 0}, std::pair{2, 2}}) {
+    INFO(workers << " workers x " << std::max(replicas, 1) << " replicas");
+    auto r = launch(workers, replicas, {STRATA_MWMS_HELPER, "collectives", "--timeout", "60"}, 120);
+    INFO(r.output);
+    CHECK(r.exit_code == 0);
+    const int n = workers * std::max(replicas, 1);
+    for (int w = 0; w < workers; ++w) {
+      CHECK(lines_with(r.output, "[worker " + std::to_string(w) + "] worker " + std::to_string(w) +
+                                     ": mwms collectives ok (" + std::to_string(n) + " replicas)")
+                .size() == 1);
+    }
+  }
+}
+
+TEST_CASE("MultiWorkerMirrored: 2 workers x 1 replica train like Mirrored(2) in one process", "[mwms][multiprocess]") {
+  if (skip_without_gloo()) return;
+  MirroredStrategy mirrored(MirroredStrategy::cpu_devices(2));
+  const std::vector<Tensor> reference = distribute::testing::mwms_train(mirrored, 2, /*init_seed=*/100, [](int) {});
+  std::vector<double> want;
+  for (const Tensor& t : reference)
+    for (double x : t.to_vector<double>()) want.push_back(x);
+  TempDir dir;
+  const std::string out = (dir.path / "weights").string();
+  // Each worker seeds its initializers differently: worker 0's values (seed 100) are
+  // broadcast, so the job still starts where Mirrored(2) does.
+  auto r = launch(2, 0, {STRATA_MWMS_HELPER, "train", "--out", out, "--epochs", "2", "--seed-per-worker"}, 120);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  const auto w0 = read_numbers(out + ".0"), w1 = read_numbers(out + ".1");
+  REQUIRE(w0.size() == want.size());
+  CHECK(w0 == w1);  // the workers end equal
+  double diff = 0, scale = 0, moved = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    diff = std::max(diff, std::abs(w0[i] - want[i]));
+    scale = std::max(scale, std::abs(want[i]));
+  }
+  INFO("max relative difference to Mirrored(2): " << diff / scale);
+  CHECK(diff / scale <= 1e-5);
+  // The weights moved away from the initial values (the comparison is of trained models).
+  MirroredStrategy fresh(MirroredStrategy::cpu_devices(2));
+  const auto initial = distribute::testing::mwms_train(fresh, 0, 100, [](int) {});
+  const auto first_kernel = initial[0].to_vector<double>();
+  for (size_t i = 0; i < first_kernel.size(); ++i) moved = std::max(moved, std::abs(first_kernel[i] - want[i]));
+  CHECK(moved > 1e-3);
+}
+
+TEST_CASE("MultiWorkerMirrored: auto-sharding covers the data exactly once per epoch", "[mwms][multiprocess]") {
+  if (skip_without_gloo()) return;
+  SECTION("data (auto without files): each global batch split over every replica of the job") {
+    auto r = launch(2, 2, {STRATA_MWMS_HELPER, "shard", "--policy", "auto", "--examples", "40", "--global-batch", "8"},
+                    120);
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    Shards s = parse_shards(r.output, 2);
+    CHECK(s.steps[0] == 5);
+    CHECK(s.steps[1] == 5);
+    std::multiset<int64_t> all;
+    for (auto& [w, ids] : s.ids) all.insert(ids.begin(), ids.end());
+    std::multiset<int64_t> want;
+    for (int64_t i = 0; i < 40; ++i) want.insert(i);
+    CHECK(all == want);
+    for (int step = 0; step < 5; ++step) {  // step s of the job consumed global batch s
+      std::vector<int64_t> batch;
+      for (int64_t i = 0; i < 8; ++i) batch.push_back(step * 8 + i);
+      CHECK(s.step_ids[step] == batch);
+    }
+  }
+  SECTION("off: every worker reads everything once") {
+    auto r = launch(2, 0, {STRATA_MWMS_HELPER, "shard", "--policy", "off", "--examples", "24", "--global-batch", "8"},
+                    120);
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    Shards s = parse_shards(r.output, 2);
+    for (int w = 0; w < 2; ++w) {
+      std::vector<int64_t> want;
+      for (int64_t i = 0; i < 24; ++i) want.push_back(i);
+      CHECK(s.ids[w] == want);
+      CHECK(s.steps[w] == 6);  // 3 batches of 8, rebatched into 2 parts of 4 per batch
+    }
+  }
+  SECTION("file: each worker reads its files, rebatched to its part of the global batch") {
+    TempDir dir;
+    std::string files;
+    for (int f = 0; f < 4; ++f) {
+      const fs::path p = dir.path / ("part" + std::to_string(f) + ".bin");
+      std::ofstream out(p, std::ios::binary);
+      for (int64_t k = 0; k < 8; ++k) {
+        const int64_t id = f * 8 + k;
+        out.write(reinterpret_cast<const char*>(&id), sizeof id);
+      }
+      files += (files.empty() ? "" : ",") + p.string();
+    }
+    auto r = launch(2, 2, {STRATA_MWMS_HELPER, "shard", "--policy", "file", "--files", files, "--global-batch", "8"},
+                    120);
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    Shards s = parse_shards(r.output, 2);
+    std::multiset<int64_t> all;
+    for (auto& [w, ids] : s.ids) all.insert(ids.begin(), ids.end());
+    std::multiset<int64_t> want;
+    for (int64_t i = 0; i < 32; ++i) want.insert(i);
+    CHECK(all == want);
+    for (int64_t id : s.ids[0]) CHECK((id / 8) % 2 == 0);  // worker 0: files 0 and 2
+    CHECK(s.steps[0] == 4);  // 16 ids per worker, 2 ids per replica, 2 replicas
+    CHECK(s.steps[1] == 4);
+  }
+}
+
+namespace {
+// Two helper workers started directly (strata-launch would stop the survivor itself),
+// each with `replicas` local replicas; `how` is "--die-worker" or "--stall-worker".
+std::pair<strata::testing::ProcessResult, strata::testing::ProcessResult> train_with_fault(const std::string& how,
+                                                                                         int replicas) {
+  const int p0 = find_free_port(), p1 = find_free_port();
+  TempDir dir;
+  std::vector<std::unique_ptr<strata::testing::ChildProcess>> children;
+  for (int w = 0; w < 2; ++w) {
+    const std::string tf_config = R"({"cluster": {"worker": ["127.0.0.1:)" + std::to_string(p0) +
+                                  R"(", "127.0.0.1:)" + std::to_string(p1) + R"("]}, "task": {"type": "worker", "index": )" +
+                                  std::to_string(w) + "}}";
+    children.push_back(std::make_unique<strata::testing::ChildProcess>(
+        std::vector<std::string>{STRATA_MWMS_HELPER, "train", "--out", (dir.path / "w").string(), "--epochs", "1000",
+                                 how, "1", "--die-at-step", "3", "--timeout", "4"},
+        std::map<std::string, std::string>{{"TF_CONFIG", tf_config},
+                                           {"STRATA_REPLICAS_PER_WORKER", std::to_string(replicas)}}));
+  }
+  auto survivor = children[0]->wait(90);
+  // A stalled worker sleeps for 30 s: stop it (SIGKILL) once the survivor is done.
+  auto faulty = children[1]->wait(how == "--stall-worker" ? 0.0 : 90.0);
+  return {survivor, faulty};
+}
+
+// The survivor's "failed after step 3 (S s)" time.
+double failure_seconds(const std::string& output) {
+  const auto lines = lines_with(output, "failed after step 3 (");
+  REQUIRE(lines.size() == 1);
+  return std::stod(lines[0].substr(lines[0].find('(') + 1));
+}
+}  // namespace
+
+TEST_CASE("MultiWorkerMirrored: a worker killed mid-training makes the others fail naming it", "[mwms][multiprocess]") {
+  if (skip_without_gloo()) return;
+  for (int replicas : {1, 2}) {
+    INFO(replicas << " local replicas");
+    auto [survivor, dead] = train_with_fault("--die-worker", replicas);
+    INFO(dead.output);
+    INFO(survivor.output);
+    CHECK(dead.signal == SIGKILL);
+    CHECK_FALSE(survivor.timed_out);
+    CHECK(survivor.exit_code == 1);  // an error, not a hang: the local replica threads were released
+    CHECK(survivor.output.find("rank 1 is gone") != std::string::npos);
+    CHECK(failure_seconds(survivor.output) < 4.0 + 3.0);  // within the timeout (+ the store check)
+  }
+}
+
+TEST_CASE("MultiWorkerMirrored: a stalled worker makes the others fail within the timeout", "[mwms][multiprocess]") {
+  if (skip_without_gloo()) return;
+  auto [survivor, stalled] = train_with_fault("--stall-worker", 2);
+  INFO(stalled.output);
+  INFO(survivor.output);
+  CHECK_FALSE(survivor.timed_out);
+  CHECK(survivor.exit_code == 1);
+  CHECK(survivor.output.find("gloo all_reduce failed on rank 0 of 2") != std::string::npos);
+  const double seconds = failure_seconds(survivor.output);
+  CHECK(seconds >= 3.5);
+  CHECK(seconds < 4.0 + 3.0);
+}
+
+TEST_CASE("strata-train --strategy multi_worker: chief-only files, report, and resuming a relaunch",
+          "[mwms][multiprocess]") {
+  if (skip_without_gloo()) return;
+  TempDir dir;
+  const fs::path model_dir = dir.path / "model", report = dir.path / "report.json";
+  auto train = [&](int steps) {
+    return launch(2, 0,
+                  {STRATA_TRAIN_BIN, "--strategy", "multi_worker", "--model", "mlp", "--steps", std::to_string(steps),
+                   "--steps-per-loop", "10", "--global-batch", "32", "--train-examples", "256", "--eval-examples", "64",
+                   "--model-dir", model_dir.string(), "--report", report.string()},
+                  150);
+  };
+  auto first = train(20);
+  INFO(first.output);
+  REQUIRE(first.exit_code == 0);
+  auto j = nlohmann::json::parse(std::ifstream(report));
+  CHECK(j["workers"] == 2);
+  CHECK(j["replicas"] == 2);
+  CHECK(j["strategy"] == "multi_worker");
+  CHECK(j["steps"] == 20);
+  // Only the chief's directories remain: no worker's temporary directory.
+  std::set<std::string> top, checkpoints;
+  for (const auto& e : fs::directory_iterator(model_dir)) top.insert(e.path().filename().string());
+  for (const auto& e : fs::directory_iterator(model_dir / "checkpoints")) checkpoints.insert(e.path().filename().string());
+  CHECK(top == std::set<std::string>{"checkpoints", "summaries"});
+  for (const std::string& name : checkpoints) CHECK(name.find("workertemp") == std::string::npos);
+  CHECK(checkpoints.count("ckpt-20.manifest.json") + checkpoints.count("checkpoint") >= 1);
+  fs::remove(report);
+  auto second = train(30);
+  INFO(second.output);
+  REQUIRE(second.exit_code == 0);
+  CHECK(lines_with(second.output, "[worker 0]").size() > 0);
+  CHECK(lines_with(second.output, "restored checkpoint").size() >= 1);
+  CHECK(lines_with(second.output, "[worker 1] strata-train: worker 1 resumed from").size() == 1);
+  auto k = nlohmann::json::parse(std::ifstream(report));
+  CHECK(k["steps"] == 30);
+  top.clear();
+  for (const auto& e : fs::directory_iterator(model_dir)) top.insert(e.path().filename().string());
+  CHECK(top == std::set<std::string>{"checkpoints", "summaries"});
+  for (const auto& e : fs::directory_iterator(model_dir / "checkpoints"))
+    CHECK(e.path().filename().string().find("workertemp") == std::string::npos);
+}
+
+TEST_CASE("strata-train --strategy multi_worker under mpirun's environment variables", "[mwms][multiprocess]") {
+  if (skip_without_gloo()) return;
+  TempDir dir;
+  const std::string port = std::to_string(find_free_port());
+  const fs::path report = dir.path / "report.json";
+  std::vector<std::unique_ptr<strata::testing::ChildProcess>> ranks;
+  for (int r = 0; r < 2; ++r) {
+    // What Open MPI's mpirun sets for 2 ranks on this host (MASTER_PORT picks the store's port).
+    ranks.push_back(std::make_unique<strata::testing::ChildProcess>(
+        std::vector<std::string>{STRATA_TRAIN_BIN, "--strategy", "multi_worker", "--steps", "10", "--steps-per-loop", "5",
+                                 "--global-batch", "32", "--train-examples", "128", "--eval-examples", "64",
+                                 "--model-dir", (dir.path / "model").string(), "--report", report.string(), "--quiet"},
+        std::map<std::string, std::string>{{"OMPI_COMM_WORLD_RANK", std::to_string(r)},
+                                           {"OMPI_COMM_WORLD_SIZE", "2"},
+                                           {"OMPI_COMM_WORLD_LOCAL_RANK", std::to_string(r)},
+                                           {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+                                           {"MASTER_PORT", port}}));
+  }
+  for (auto& rank : ranks) {
+    auto result = rank->wait(120);
+    INFO(result.output);
+    CHECK(result.exit_code == 0);
+  }
+  auto j = nlohmann::json::parse(std::ifstream(report));
+  CHECK(j["workers"] == 2);
+  CHECK(j["replicas"] == 2);
+  CHECK(j["steps"] == 10);
+}

@@ -1,0 +1,186 @@
+// strata-train --strategy parameter_server under strata-launch --workers N --ps M: trains
+// the synthetic MLP about as well as the synchronous mirrored strategy, the chief alone
+// writes the report, every task exits 0, a lost worker's closures finish elsewhere and a
+// lost parameter server fails the job naming it. Loopback only; every wait bounded.
+#include <signal.h>
+#include <sys/types.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+
+#include "tests/distribute/child_process.h"
+#include "tests/tools/strata_train_runner.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+fs::path fresh_dir(const std::string& name) {
+  auto d = fs::temp_directory_path() / ("strata_train_ps_test_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+const std::string kBin = STRATA_BIN_DIR;
+// One thread per process: the job's four processes share the machine's cores.
+const std::map<std::string, std::string> kEnv{{"STRATA_NUM_THREADS", "1"}};
+
+// The same model, data and hyperparameters for both strategies.
+std::vector<std::string> train_flags(const fs::path& dir, int64_t steps) {
+  return {"--model", "mlp", "--data", "synthetic", "--steps", std::to_string(steps), "--steps-per-loop", "50",
+          "--global-batch", "64", "--optimizer", "sgd", "--learning-rate", "0.05", "--train-examples", "4000",
+          "--eval-examples", "1000", "--quiet", "--model-dir", (dir / "model").string(), "--report",
+          (dir / "report.json").string()};
+}
+
+std::vector<std::string> launch_ps(int workers, int ps, const std::vector<std::string>& flags) {
+  std::vector<std::string> argv{kBin + "/strata-launch", "--workers", std::to_string(workers), "--ps",
+                                std::to_string(ps),      "--grace",   "10",  "--timeout", "150", "--",
+                                kBin + "/strata-train",  "--strategy", "parameter_server"};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  return argv;
+}
+
+json read_json(const fs::path& p) {
+  std::ifstream in(p);
+  REQUIRE(in.good());
+  return json::parse(in);
+}
+
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// The pid of strata-launch's child running task `type` `index` (read from its TF_CONFIG),
+// or -1 when it is not running yet.
+pid_t task_pid(pid_t launcher, const std::string& type, int index) {
+  const std::string want = "\"task\":{\"index\":" + std::to_string(index) + ",\"type\":\"" + type + "\"}";
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string line;
+    if (!std::getline(stat, line) || line.rfind(')') == std::string::npos) continue;
+    std::istringstream rest(line.substr(line.rfind(')') + 2));
+    char state = 0;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid != launcher) continue;
+    std::ifstream env_file(entry.path() / "environ");
+    const std::string env((std::istreambuf_iterator<char>(env_file)), std::istreambuf_iterator<char>());
+    if (env.find(want) != std::string::npos) return pid_t(std::stoi(name));
+  }
+  return -1;
+}
+
+// Waits (bounded) until the chief has written its first checkpoint: the job is training.
+bool wait_for_checkpoint(const fs::path& model_dir, double seconds) {
+  const auto deadline = Clock::now() + std::chrono::milliseconds(int64_t(seconds * 1000));
+  while (Clock::now() < deadline) {
+    std::error_code ec;
+    if (fs::exists(model_dir / "checkpoints", ec) && !fs::is_empty(model_dir / "checkpoints", ec)) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("strata-train --strategy parameter_server: 1 ps x 2 workers train the MLP like mirrored", "[ps]") {
+  const auto dir = fresh_dir("accuracy");
+  const int64_t steps = 300;
+
+  const auto sync_dir = dir / "mirrored";
+  fs::create_directories(sync_dir);
+  std::vector<std::string> sync_argv{kBin + "/strata-train", "--strategy", "mirrored", "--replicas", "2"};
+  for (const auto& f : train_flags(sync_dir, steps)) sync_argv.push_back(f);
+  const auto sync = strata::testing::run_process(sync_argv, kEnv, 120);
+  INFO(sync.output);
+  REQUIRE(sync.exit_code == 0);
+  const json sync_r = read_json(sync_dir / "report.json");
+
+  const auto ps_dir = dir / "ps";
+  fs::create_directories(ps_dir);
+  const auto job = strata::testing::run_process(launch_ps(2, 1, train_flags(ps_dir, steps)), kEnv, 170);
+  INFO(job.output);
+  REQUIRE(job.exit_code == 0);
+  // Every task stopped by itself with status 0: nothing failed, nothing had to be stopped.
+  CHECK(count(job.output, "exited with status") == 0);
+  CHECK(count(job.output, "remaining task") == 0);
+  // The chief alone evaluated and wrote the report.
+  CHECK(count(job.output, "[chief] strata-train: eval accuracy") == 1);
+  CHECK(count(job.output, "eval accuracy") == 1);
+  const json r = read_json(ps_dir / "report.json");
+  for (const char* key : {"steps", "final_train_loss", "eval_loss", "eval_accuracy", "examples_per_sec",
+                          "wall_seconds", "replicas", "workers", "strategy", "precision", "checkpoint"}) {
+    INFO(key);
+    CHECK(r.contains(key));
+  }
+  CHECK(r["strategy"] == "parameter_server");
+  CHECK(r["workers"] == 2);
+  CHECK(r["replicas"] == 2);
+  CHECK(r["steps"] == steps);
+  CHECK(r["closures_completed"] == steps);
+  CHECK(fs::exists(std::string(r["checkpoint"]) + ".safetensors"));
+  const double ps_acc = r["eval_accuracy"], sync_acc = sync_r["eval_accuracy"];
+  WARN("eval accuracy after " << steps << " steps: parameter_server (1 ps x 2 workers) " << ps_acc << ", mirrored(2) "
+                              << sync_acc << "; steps/s " << r["steps_per_sec"] << " vs " << sync_r["steps_per_sec"]);
+  CHECK(sync_acc > 0.5);  // learnable in this many steps, so the comparison means something
+  CHECK(ps_acc >= sync_acc - 0.02);
+
+  // The checkpoint holds no input iterator (the workers' iterators are not the chief's):
+  // running on resumes from it.
+  const auto more = strata::testing::run_process(launch_ps(2, 1, train_flags(ps_dir, steps + 50)), kEnv, 170);
+  INFO(more.output);
+  REQUIRE(more.exit_code == 0);
+  CHECK(read_json(ps_dir / "report.json")["steps"] == steps + 50);
+  CHECK(read_json(ps_dir / "report.json")["closures_completed"] == 50);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("strata-train --strategy parameter_server: a killed worker's steps finish on the other", "[ps]") {
+  const auto dir = fresh_dir("worker_fault");
+  strata::testing::ChildProcess launch(launch_ps(2, 1, train_flags(dir, 1500)), kEnv);
+  REQUIRE(wait_for_checkpoint(dir / "model", 90));
+  const pid_t worker = task_pid(launch.pid(), "worker", 1);
+  REQUIRE(worker > 0);
+  ::kill(worker, SIGKILL);
+  const auto r = launch.wait(150);
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.output, Catch::Contains("worker 1 was killed by signal 9"));
+  const json report = read_json(dir / "report.json");
+  CHECK(report["steps"] == 1500);
+  CHECK(report["worker_failures"].get<int64_t>() >= 1);
+  WARN("closures rescheduled: " << report["closures_rescheduled"] << " after "
+                                << report["reschedule_seconds"].dump() << " s");
+  fs::remove_all(dir);
+}
+
+TEST_CASE("strata-train --strategy parameter_server: a killed parameter server fails the job naming it", "[ps]") {
+  const auto dir = fresh_dir("ps_fault");
+  strata::testing::ChildProcess launch(launch_ps(2, 2, train_flags(dir, 1000000)), kEnv);
+  REQUIRE(wait_for_checkpoint(dir / "model", 90));
+  const pid_t ps = task_pid(launch.pid(), "ps", 1);
+  REQUIRE(ps > 0);
+  const auto killed_at = Clock::now();
+  ::kill(ps, SIGKILL);
+  const auto r = launch.wait(90);
+  const double seconds = std::chrono::duration<double>(Clock::now() - killed_at).count();
+  INFO(r.output);
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.output, Catch::Contains("[chief] strata-train:") && Catch::Contains("/job:ps/replica:0/task:1"));
+  CHECK_THAT(r.output, Catch::Contains("strata-launch: chief exited with status 1"));
+  CHECK(seconds < 60);
+  CHECK(!fs::exists(dir / "report.json"));
+  fs::remove_all(dir);
+}
