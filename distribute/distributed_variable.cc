@@ -3,6 +3,7 @@
 #include "autograd/tape.h"
 #include "core/ops.h"
 #include "distribute/collective/in_process.h"
+#include "distribute/cross_worker.h"
 #include "distribute/local_replica_context.h"
 #include "distribute/strategy.h"
 
@@ -118,10 +119,32 @@ SyncOnReadVariableImpl::SyncOnReadVariableImpl(Strategy& strategy, const Tensor&
 
 Tensor SyncOnReadVariableImpl::aggregate() const {
   autograd::StopRecording no_tape;
+  Communicator* workers = strategy_.num_workers() > 1 ? strategy_.worker_communicator() : nullptr;
+  if (!workers) {
+    switch (options_.aggregation) {
+      case VariableAggregation::Sum: return fold_reduce(components_, ReduceOp::Sum, components_[0].device());
+      case VariableAggregation::Mean: return fold_reduce(components_, ReduceOp::Mean, components_[0].device());
+      case VariableAggregation::OnlyFirstReplica:
+      case VariableAggregation::None: return components_[0];
+    }
+    return components_[0];
+  }
+  // Several workers (MultiWorkerMirroredStrategy): as in TensorFlow, reading the aggregate
+  // is a collective over every replica of every worker, so each worker must read its
+  // sync-on-read variables in the same order (metrics at the end of an evaluation, saving
+  // a checkpoint). Mean is the sum over all replicas divided by their total count.
   switch (options_.aggregation) {
-    case VariableAggregation::Sum: return fold_reduce(components_, ReduceOp::Sum, components_[0].device());
-    case VariableAggregation::Mean: return fold_reduce(components_, ReduceOp::Mean, components_[0].device());
-    case VariableAggregation::OnlyFirstReplica:
+    case VariableAggregation::Sum:
+    case VariableAggregation::Mean: {
+      Tensor local = fold_reduce(components_, ReduceOp::Sum, components_[0].device());
+      const ReduceOp op = options_.aggregation == VariableAggregation::Sum ? ReduceOp::Sum : ReduceOp::Mean;
+      return cross_worker_all_reduce(*workers, op, local, strategy_.num_replicas_in_sync());
+    }
+    case VariableAggregation::OnlyFirstReplica: {
+      Tensor first = components_[0].clone();  // worker 0's first replica is replica 0 of the job
+      workers->broadcast(first, 0);
+      return first;
+    }
     case VariableAggregation::None: return components_[0];
   }
   return components_[0];
@@ -148,25 +171,29 @@ void SyncOnReadVariableImpl::assign_cross_replica(const Tensor& v) {
   STRATA_CHECK(v.shape() == first.shape(), "SyncOnReadVariable '", options_.name, "'.assign: shape ",
                shape_str(v.shape()), " does not match the variable's shape ", shape_str(first.shape()));
   const size_t n = components_.size();
-  if (options_.aggregation != VariableAggregation::Sum || n == 1 || first.dtype() == kBool) {
+  // Every replica of the job holds a share: with several workers each one assigns the same
+  // total (every worker restores the same checkpoint) and keeps its replicas' shares.
+  const int64_t parts = strategy_.num_replicas_in_sync();
+  const int64_t first_index = int64_t(strategy_.worker_index()) * int64_t(n);  // of this worker's replicas
+  if (options_.aggregation != VariableAggregation::Sum || parts == 1 || first.dtype() == kBool) {
     for (const Tensor& c : components_) apply(c, v, Update::Assign);
     return;
   }
   // To preserve a sum across save and restore, the total is divided across the replicas
   // (TensorFlow's on_read_assign_cross_replica). Integers are split exactly: the first
-  // |remainder| replicas take one more unit, so the sum reads back unchanged.
+  // |remainder| replicas of the job take one more unit, so the sum reads back unchanged.
   if (is_floating(first.dtype())) {
-    Tensor share = cast(v, first.dtype()) / double(n);
+    Tensor share = cast(v, first.dtype()) / double(parts);
     for (const Tensor& c : components_) c.copy_(share);
     return;
   }
   const std::vector<int64_t> total = v.to_vector<int64_t>();
-  const int64_t parts = int64_t(n);
   for (size_t i = 0; i < n; ++i) {
+    const int64_t index = first_index + int64_t(i);
     std::vector<int64_t> share(total.size());
     for (size_t k = 0; k < total.size(); ++k) {
       const int64_t q = total[k] / parts, rem = total[k] % parts;  // rem has the sign of total
-      const int64_t extra = int64_t(i) < (rem < 0 ? -rem : rem) ? (rem < 0 ? -1 : 1) : 0;
+      const int64_t extra = index < (rem < 0 ? -rem : rem) ? (rem < 0 ? -1 : 1) : 0;
       share[k] = q + extra;
     }
     components_[i].copy_(Tensor::from_vector(share, first.shape(), first.dtype()));

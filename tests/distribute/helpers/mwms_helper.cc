@@ -100,6 +100,37 @@ int run_collectives(double timeout) {
   for (const Tensor& component : s.experimental_local_results(v)) {
     CHECK_OR_THROW(values_str(component) == values_str(full({4}, 1.0)), values_str(component));
   }
+  // Sync-on-read variables aggregate over every replica of every worker when read in
+  // cross-replica context (a collective), and an assigned total is split over all of them.
+  Variable total_var, mean_var, first_var, count_var;
+  {
+    auto scope = s.scope();
+    auto on_read = [](const char* name, autograd::VariableAggregation aggregation) {
+      return autograd::VariableOptions{.name = name, .trainable = false,
+                                       .synchronization = autograd::VariableSynchronization::OnRead,
+                                       .aggregation = aggregation};
+    };
+    total_var = Variable(full({2}, 0.0), on_read("total", autograd::VariableAggregation::Sum));
+    mean_var = Variable(full({2}, 0.0), on_read("mean", autograd::VariableAggregation::Mean));
+    first_var = Variable(full({2}, 0.0), on_read("first", autograd::VariableAggregation::OnlyFirstReplica));
+    count_var = Variable(full({}, 0.0, kInt64), on_read("count", autograd::VariableAggregation::Sum));
+  }
+  s.run([&] {
+    const double id = get_replica_context()->replica_id_in_sync_group();
+    total_var.assign_add(full({2}, id + 1.0));
+    mean_var.assign(full({2}, id + 1.0));
+    first_var.assign(full({2}, id + 10.0));
+    count_var.assign_add(full({}, 1.0, kInt64));
+  });
+  CHECK_OR_THROW(values_str(total_var.value()) == values_str(full({2}, sum_ids)), values_str(total_var.value()));
+  CHECK_OR_THROW(std::abs(mean_var.value().to_vector<double>()[0] - sum_ids / n) < 1e-6, values_str(mean_var.value()));
+  CHECK_OR_THROW(values_str(first_var.value()) == values_str(full({2}, 10.0)), values_str(first_var.value()));
+  CHECK_OR_THROW(count_var.value().item<int64_t>() == n, values_str(count_var.value()));
+  // Restoring a total (every worker assigns the same value) keeps the job-wide sum.
+  count_var.assign(full({}, double(2 * n + 1), kInt64));
+  total_var.assign(full({2}, 6.0));
+  CHECK_OR_THROW(count_var.value().item<int64_t>() == 2 * n + 1, values_str(count_var.value()));
+  CHECK_OR_THROW(std::abs(total_var.value().to_vector<double>()[1] - 6.0) < 1e-5, values_str(total_var.value()));
   std::cout << "worker " << w << ": mwms collectives ok (" << n << " replicas)" << std::endl;
   return 0;
 }
