@@ -117,4 +117,13 @@ inline ProcessResult run_process(const std::vector<std::string>& argv,
   return child.wait(timeout_seconds);
 }
 
+// The lines of a process's output that contain `needle`, in order.
+inline std::vector<std::string> lines_with(const std::string& text, const std::string& needle) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);)
+    if (line.find(needle) != std::string::npos) out.push_back(line);
+  return out;
+}
+
 }  // namespace strata::testing

@@ -9,19 +9,8 @@
 
 #include "child_process.h"
 
+using strata::testing::lines_with;
 using strata::testing::run_process;
-
-namespace {
-
-std::vector<std::string> lines_with(const std::string& text, const std::string& needle) {
-  std::vector<std::string> out;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);)
-    if (line.find(needle) != std::string::npos) out.push_back(line);
-  return out;
-}
-
-}  // namespace
 
 TEST_CASE("strata-launch gives each worker TF_CONFIG and prefixes its output", "[launch]") {
   auto r = run_process({STRATA_LAUNCH_BIN, "--workers", "3", "--replicas-per-worker", "2", "--",

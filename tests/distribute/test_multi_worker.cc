@@ -43,13 +43,7 @@ strata::testing::ProcessResult launch(int workers, int replicas, const std::vect
   return strata::testing::run_process(argv, {}, timeout + 30.0);
 }
 
-std::vector<std::string> lines_with(const std::string& text, const std::string& needle) {
-  std::vector<std::string> out;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);)
-    if (line.find(needle) != std::string::npos) out.push_back(line);
-  return out;
-}
+using strata::testing::lines_with;
 
 struct TempDir {
   fs::path path;
