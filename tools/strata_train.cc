@@ -203,8 +203,16 @@ int run(const Config& c) {
   Trainer trainer(*strategy, train_ds, global_step, model, opt, c.global_batch);
   Evaluator evaluator(*strategy, eval_ds, model);
 
-  const fs::path model_dir = c.model_dir.empty() ? fs::temp_directory_path() / ("strata-train-" + std::to_string(::getpid()))
-                                                 : fs::path(c.model_dir);
+  fs::path model_dir = c.model_dir;
+  if (model_dir.empty()) {
+    // Every worker of a job must agree on the directory (the chief writes it, the others
+    // resume from it), so a job's default is named after its rendezvous address.
+    const auto* mw = dynamic_cast<const distribute::MultiWorkerMirroredStrategy*>(strategy.get());
+    const std::string id = mw && strategy->num_workers() > 1
+                               ? "job-" + std::to_string(mw->cluster_resolver().rendezvous_port())
+                               : std::to_string(::getpid());
+    model_dir = fs::temp_directory_path() / ("strata-train-" + id);
+  }
   // The input position is checkpointed too, so a resumed run sees exactly the batches it
   // would have seen.
   train::Checkpoint checkpoint{{"model", model}, {"optimizer", opt}, {"global_step", global_step},
