@@ -52,8 +52,8 @@ def worker(a):
     # DDP training: the same model and batch as strata's MLP multi-worker run.
     batch = 64
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Sequential(
-        torch.nn.Linear(784, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512), torch.nn.ReLU(),
-        torch.nn.Linear(512, 10)))
+        torch.nn.Linear(784, a.hidden), torch.nn.ReLU(), torch.nn.Linear(a.hidden, a.hidden), torch.nn.ReLU(),
+        torch.nn.Linear(a.hidden, 10)))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     loss_fn = torch.nn.CrossEntropyLoss()
     x, y = torch.randn(batch, 784), torch.randint(0, 10, (batch,))
@@ -112,6 +112,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--quick", action="store_true")
+    p.add_argument("--hidden", type=int, default=512, help="hidden width (strata-train's --model mlp uses 256)")
     p.add_argument("--timeout", type=float, default=300, help="seconds before every worker is killed")
     p.add_argument("--rank", type=int, default=-1, help=argparse.SUPPRESS)  # set in the workers
     p.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
@@ -121,7 +122,8 @@ def main():
         return
     port = free_port()
     env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE", OMP_NUM_THREADS="1")
-    args = [sys.executable, os.path.abspath(__file__), "--workers", str(a.workers), "--port", str(port)]
+    args = [sys.executable, os.path.abspath(__file__), "--workers", str(a.workers), "--port", str(port),
+            "--hidden", str(a.hidden)]
     if a.quick:
         args.append("--quick")
     with tempfile.TemporaryFile() as out:
