@@ -93,6 +93,17 @@ bool wait_for_checkpoint(const fs::path& model_dir, double seconds) {
   return false;
 }
 
+// Waits for the job's first checkpoint, then SIGKILLs one of its tasks; returns when.
+Clock::time_point kill_task_after_first_checkpoint(strata::testing::ChildProcess& launch, const fs::path& dir,
+                                                   const std::string& type, int index) {
+  REQUIRE(wait_for_checkpoint(dir / "model", 90));
+  const pid_t pid = task_pid(launch.pid(), type, index);
+  REQUIRE(pid > 0);
+  const auto killed_at = Clock::now();
+  ::kill(pid, SIGKILL);
+  return killed_at;
+}
+
 }  // namespace
 
 TEST_CASE("strata-train --strategy parameter_server: 1 ps x 2 workers train the MLP like mirrored", "[ps]") {
@@ -150,10 +161,7 @@ TEST_CASE("strata-train --strategy parameter_server: 1 ps x 2 workers train the 
 TEST_CASE("strata-train --strategy parameter_server: a killed worker's steps finish on the other", "[ps]") {
   const auto dir = fresh_dir("worker_fault");
   strata::testing::ChildProcess launch(launch_ps(2, 1, train_flags(dir, 1500)), kEnv);
-  REQUIRE(wait_for_checkpoint(dir / "model", 90));
-  const pid_t worker = task_pid(launch.pid(), "worker", 1);
-  REQUIRE(worker > 0);
-  ::kill(worker, SIGKILL);
+  kill_task_after_first_checkpoint(launch, dir, "worker", 1);
   const auto r = launch.wait(150);
   INFO(r.output);
   CHECK(r.exit_code == 0);
@@ -169,11 +177,7 @@ TEST_CASE("strata-train --strategy parameter_server: a killed worker's steps fin
 TEST_CASE("strata-train --strategy parameter_server: a killed parameter server fails the job naming it", "[ps]") {
   const auto dir = fresh_dir("ps_fault");
   strata::testing::ChildProcess launch(launch_ps(2, 2, train_flags(dir, 1000000)), kEnv);
-  REQUIRE(wait_for_checkpoint(dir / "model", 90));
-  const pid_t ps = task_pid(launch.pid(), "ps", 1);
-  REQUIRE(ps > 0);
-  const auto killed_at = Clock::now();
-  ::kill(ps, SIGKILL);
+  const auto killed_at = kill_task_after_first_checkpoint(launch, dir, "ps", 1);
   const auto r = launch.wait(90);
   const double seconds = std::chrono::duration<double>(Clock::now() - killed_at).count();
   INFO(r.output);
