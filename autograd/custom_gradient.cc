@@ -18,8 +18,7 @@ Tensor custom_gradient(const std::vector<Tensor>& inputs,
   // A fresh handle on the output's memory, so the tape sees a tensor that only this node made.
   const Tensor& o = result.output;
   Tensor out = Tensor::view_of(o.storage(), o.offset(), o.shape(), o.strides(), o.dtype());
-  OpAttrs attrs;
-  attrs.payload = std::make_shared<const CustomVjp>(std::move(result.vjp));
+  const OpAttrs attrs(CustomGradientAttrs{std::make_shared<const CustomVjp>(std::move(result.vjp))});
   const Tensor outs[1] = {out};
   record_op(OpId::CustomGradient, attrs, inputs, outs);
   return out;

@@ -10,6 +10,7 @@ namespace strata::autograd {
 void register_elementwise_gradients();
 void register_reduce_shape_gradients();
 void register_nn_gradients();
+void register_optimizer_gradients();
 
 namespace {
 std::array<GradientDef, kNumOps>& table() {
@@ -28,6 +29,7 @@ void ensure_gradients_registered() {
     register_elementwise_gradients();
     register_reduce_shape_gradients();
     register_nn_gradients();
+    register_optimizer_gradients();
   });
 }
 

@@ -33,7 +33,7 @@ Grads unary_vjp(const GradContext& c, const Tensor& g) {
     case OpId::Softplus: return {g * sigmoid(x)};
     case OpId::Erf: return {g * (2.0 / std::sqrt(M_PI)) * exp(-square(x))};
     case OpId::Gelu:
-      if (c.attrs.flag) {
+      if (c.attrs.get<GeluAttrs>(OpId::Gelu).approximate_tanh) {
         // d/dx 0.5x(1+t), t = tanh(k(x + 0.044715x^3))
         const double k = std::sqrt(2.0 / M_PI);
         Tensor t = tanh(k * (x + 0.044715 * x * x * x));

@@ -42,7 +42,7 @@ Grads layer_norm_vjp(const GradContext& c, const Tensor& g) {
   Tensor mu = mean(x, last, true);
   Tensor xc = x - mu;
   Tensor var = mean(square(xc), last, true);
-  Tensor rstd = rsqrt(var + c.attrs.scalar);
+  Tensor rstd = rsqrt(var + c.attrs.get<LayerNormAttrs>(OpId::LayerNorm).epsilon);
   Tensor xhat = xc * rstd;
   std::vector<int64_t> lead;
   for (int64_t i = 0; i + 1 < x.ndim(); ++i) lead.push_back(i);
@@ -113,7 +113,7 @@ Grads max_pool2d_grad_vjp(const GradContext& c, const Tensor& g) {
 }
 
 Grads custom_vjp(const GradContext& c, const Tensor& g) {
-  const auto& fn = *static_cast<const CustomVjp*>(c.attrs.payload.get());
+  const auto& fn = *static_cast<const CustomVjp*>(c.attrs.get<CustomGradientAttrs>(OpId::CustomGradient).vjp.get());
   Grads grads = fn(g);
   STRATA_CHECK(grads.size() == c.input_meta.size(), "custom_gradient: the gradient function returned ",
                grads.size(), " tensors for ", c.input_meta.size(), " inputs");

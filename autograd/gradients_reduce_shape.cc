@@ -49,7 +49,10 @@ Grads reduce_vjp(const GradContext& c, const Tensor& g) {
       return {gk * d};
     }
     case OpId::LogSumExp: return {gk * exp(c.inputs[0] - keepdims_shape(c.output, c))};
-    case OpId::Cumsum: return {cumsum(g, c.attrs.axis, c.attrs.flag, !c.attrs.flag2)};
+    case OpId::Cumsum: {
+      const auto& a = c.attrs.get<CumsumAttrs>(OpId::Cumsum);
+      return {cumsum(g, c.attrs.axis, a.exclusive, !a.reverse)};
+    }
     default: break;
   }
   fail(op_name(c.op), ": no gradient (internal error)");
@@ -117,6 +120,11 @@ void register_reduce_shape_gradients() {
   register_gradient(OpId::Gather, GradientDef{shape_vjp, /*needs_inputs=*/true});
   register_gradient(OpId::ScatterAdd, GradientDef{shape_vjp, /*needs_inputs=*/true});
   mark_not_differentiable(OpId::OneHot);
+  // Creation and random ops have no inputs to differentiate.
+  for (OpId op : {OpId::Fill, OpId::Arange, OpId::Linspace, OpId::Eye, OpId::RandomUniform,
+                  OpId::RandomNormal, OpId::RandomTruncatedNormal, OpId::RandomBernoulli}) {
+    mark_not_differentiable(op);
+  }
 }
 
 }  // namespace strata::autograd

@@ -87,7 +87,7 @@ class CpuAllocator final : public Allocator {
   static constexpr size_t kCacheMax = size_t(1) << 30;        // 1 GiB cached at most
   static constexpr size_t kCacheGranule = size_t(1) << 16;    // size classes of 64 KiB
 
-  void* allocate(size_t bytes, Device) override {
+  void* allocate(size_t bytes, Device, const Stream&) override {
     const size_t rounded = size_class((bytes == 0 ? 1 : bytes));
     void* p = nullptr;
     if (rounded >= kCacheMin) {
@@ -194,12 +194,34 @@ AllocatorStats cpu_allocator_stats() { return cpu_allocator().stats(); }
 
 void cpu_allocator_release_cached() { cpu_allocator().release_cached(); }
 
-Storage::Storage(size_t bytes, Device device) : bytes_(bytes), device_(device) {
-  data_ = allocator_for(device.type).allocate(bytes, device);
+namespace {
+// The calling thread's current stream of `device`, once its allocator is known to exist
+// (so that a missing backend is reported by the allocator, naming the device type).
+Stream allocation_stream(Device device) {
+  if (device.is_cpu()) return Stream(device, 0);
+  allocator_for(device.type);
+  return current_stream(device);
+}
+}  // namespace
+
+Storage::Storage(size_t bytes, Device device) : Storage(bytes, device, allocation_stream(device)) {}
+
+Storage::Storage(size_t bytes, Device device, const Stream& stream)
+    : bytes_(bytes), device_(device), stream_(stream) {
+  STRATA_CHECK(stream.device() == device, "Storage: allocating on ", device, " for a stream of ",
+               stream.device());
+  data_ = allocator_for(device.type).allocate(bytes, device, stream);
+}
+
+void Storage::record_stream(const Stream& stream) {
+  STRATA_CHECK(stream.device() == device_, "Storage::record_stream: memory on ", device_,
+               " cannot be used by a stream of ", stream.device());
+  if (owned_ && !(stream == stream_)) allocator_for(device_.type).record_stream(data_, device_, stream);
 }
 
 Storage::Storage(void* data, size_t bytes, Device device, std::function<void(void*)> deleter)
-    : data_(data), bytes_(bytes), device_(device), deleter_(std::move(deleter)), owned_(false) {}
+    : data_(data), bytes_(bytes), device_(device), stream_(device, 0), deleter_(std::move(deleter)),
+      owned_(false) {}
 
 Storage::~Storage() {
   if (owned_) {

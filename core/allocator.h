@@ -1,7 +1,12 @@
 // Allocators hand out raw device memory for Storage and keep live/peak statistics.
 //
-// The CPU allocator returns 64-byte-aligned blocks (one cache line, a full AVX-512
-// vector). The CUDA backend registers its caching allocator for DeviceType::CUDA.
+// Allocation is stream-aware, as PyTorch's caching allocator is: a block is allocated for
+// use on one stream and, once freed, may be handed out again at once to work on that same
+// stream (which runs in order after every earlier use). A tensor used on another stream
+// is marked with record_stream(); its block is then reused only after that stream's work
+// has passed (an event). The CPU allocator ignores streams (CPU streams are immediate).
+// It returns 64-byte-aligned blocks (one cache line, a full AVX-512 vector). The CUDA
+// backend registers its caching allocator for DeviceType::CUDA.
 #pragma once
 
 #include <atomic>
@@ -9,6 +14,7 @@
 #include <cstdint>
 
 #include "core/device.h"
+#include "core/stream.h"
 
 namespace strata {
 
@@ -21,8 +27,13 @@ struct AllocatorStats {
 class Allocator {
  public:
   virtual ~Allocator() = default;
-  virtual void* allocate(size_t bytes, Device device) = 0;
+  // A block of `bytes` on `device` for work on `stream` (a stream of that device).
+  virtual void* allocate(size_t bytes, Device device, const Stream& stream) = 0;
+  // Returns a block; it was allocated for the stream given to allocate().
   virtual void deallocate(void* ptr, size_t bytes, Device device) = 0;
+  // Marks the block at `ptr` as used by work on `stream` too, so that it is not reused
+  // before that work has finished. Immediate (CPU) allocators ignore it.
+  virtual void record_stream(void* ptr, Device device, const Stream& stream) {}
   virtual AllocatorStats stats() const = 0;
   virtual void reset_peak() = 0;
 };

@@ -2,27 +2,27 @@
 
 namespace strata::detail {
 
+void device_mismatch(const char* op, Device op_device, Device input_device) {
+  fail(op, ": inputs are on different devices: ", op_device, " and ", input_device,
+       " (move them with Tensor::to first; only rank-0 host scalars may mix)");
+}
+
 Device op_device(const char* op, const Tensor* const* inputs, size_t n) {
   Device d;
   bool found = false;
   for (size_t i = 0; i < n; ++i) {
     const Tensor* t = inputs[i];
     STRATA_CHECK(t->defined(), op, ": input ", i, " is an undefined tensor");
-    if (t->ndim() == 0 && t->device().is_cpu()) continue;
+    if (is_host_scalar(*t)) continue;
     if (!found) {
       d = t->device();
       found = true;
-    } else if (!same_memory(d, t->device())) {
-      fail(op, ": inputs are on different devices: ", d, " and ", t->device(),
-           " (move them with Tensor::to first)");
+    } else if (!usable_on(*t, d)) {
+      device_mismatch(op, d, t->device());
     }
   }
   if (!found && n > 0) d = inputs[0]->device();
   return d;
-}
-
-Tensor on_device(const Tensor& t, Device device) {
-  return same_memory(t.device(), device) ? t : t.to(device);
 }
 
 void require_float(const char* op, const Tensor& t) {

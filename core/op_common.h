@@ -11,8 +11,17 @@
 
 namespace strata::detail {
 
-// The device the op runs on: that of the first input that is not a rank-0 CPU tensor
-// (host scalars go anywhere). Inputs on other devices are an error naming the op.
+// The one device rule of every op: an input must sit in the op's device memory, except a
+// rank-0 host (CPU) tensor, a scalar that kernels of every backend read on the host.
+inline bool is_host_scalar(const Tensor& t) { return t.ndim() == 0 && t.device().is_cpu(); }
+inline bool usable_on(const Tensor& t, Device device) {
+  return same_memory(t.device(), device) || is_host_scalar(t);
+}
+// The error for an input that breaks the rule.
+[[noreturn]] void device_mismatch(const char* op, Device op_device, Device input_device);
+
+// The device the op runs on: that of the first input that is not a host scalar. Inputs on
+// other devices are an error naming the op.
 Device op_device(const char* op, const Tensor* const* inputs, size_t n);
 inline Device op_device(const char* op, std::initializer_list<const Tensor*> inputs) {
   return op_device(op, inputs.begin(), inputs.size());
@@ -23,8 +32,6 @@ inline Device op_device(const char* op, const std::vector<Tensor>& inputs) {
   return op_device(op, ptrs.data(), ptrs.size());
 }
 
-// A rank-0 host scalar moved to `device` when it lives elsewhere.
-Tensor on_device(const Tensor& t, Device device);
 
 void require_float(const char* op, const Tensor& t);
 void require_defined(const char* op, const Tensor& t);

@@ -84,6 +84,20 @@ namespace strata {
   X(MaxPool2DGrad, "max_pool2d_grad", Conv)          \
   X(AvgPool2D, "avg_pool2d", Conv)                   \
   X(AvgPool2DGrad, "avg_pool2d_grad", Conv)          \
+  /* creation: outputs only, scalars as attributes */ \
+  X(Fill, "fill", Creation)                          \
+  X(Arange, "arange", Creation)                      \
+  X(Linspace, "linspace", Creation)                  \
+  X(Eye, "eye", Creation)                            \
+  /* random numbers (Philox, core/philox.h) */       \
+  X(RandomUniform, "random_uniform", Random)         \
+  X(RandomNormal, "random_normal", Random)           \
+  X(RandomTruncatedNormal, "random_truncated_normal", Random) \
+  X(RandomBernoulli, "random_bernoulli", Random)     \
+  /* fused optimizer updates, in place on their inputs */ \
+  X(SgdUpdate, "sgd_update", Optimizer)              \
+  X(AdamUpdate, "adam_update", Optimizer)            \
+  X(AllFinite, "all_finite", Optimizer)              \
   /* user-defined gradient (autograd::custom_gradient) */ \
   X(CustomGradient, "custom_gradient", Special)
 

@@ -20,17 +20,17 @@
 namespace strata {
 
 // ---- creation (not recorded by autograd) ----
-Tensor zeros(const Shape& shape, DType dtype = kFloat32, Device device = Device());
-Tensor ones(const Shape& shape, DType dtype = kFloat32, Device device = Device());
-Tensor full(const Shape& shape, double value, DType dtype = kFloat32, Device device = Device());
+Tensor zeros(const Shape& shape, DType dtype = kFloat32, Device device = current_device());
+Tensor ones(const Shape& shape, DType dtype = kFloat32, Device device = current_device());
+Tensor full(const Shape& shape, double value, DType dtype = kFloat32, Device device = current_device());
 Tensor zeros_like(const Tensor& t);
 Tensor ones_like(const Tensor& t);
 Tensor full_like(const Tensor& t, double value);
 Tensor arange(double start, double stop, double step = 1.0, DType dtype = kFloat32,
-              Device device = Device());
+              Device device = current_device());
 Tensor linspace(double start, double stop, int64_t num, DType dtype = kFloat32,
-                Device device = Device());
-Tensor eye(int64_t n, DType dtype = kFloat32, Device device = Device());
+                Device device = current_device());
+Tensor eye(int64_t n, DType dtype = kFloat32, Device device = current_device());
 Tensor tensor(std::initializer_list<float> values);  // 1-D float32
 Tensor tensor(std::initializer_list<std::initializer_list<float>> rows);  // 2-D float32
 
@@ -175,5 +175,33 @@ ConvAxis conv_output_axis(int64_t in, int64_t k, int64_t stride, Padding padding
 // Runs a registered op on prepared inputs/outputs and records it.
 void run_and_record(OpId op, const OpAttrs& attrs, std::span<const Tensor> in,
                     std::span<const Tensor> out);
+
+// ---- fused optimizer updates (not recorded by autograd) ----
+// Each updates its in-place targets (param and slots) in one pass, evaluating the op-by-op
+// formula below in the same order and precision: for float32/float64 the results are
+// bitwise those of the formula written with the ops above, except that sqrt here is exact
+// where the float32 sqrt op is a vectorised approximation (within a few ulp).
+// float16/bfloat16 targets are computed in float32 and rounded once when stored. The targets are contiguous, distinct
+// (no two share storage) and on one device; grad has param's shape and dtype and may be
+// any view (it is read from a contiguous copy when it is strided or shares storage with a
+// target). Scalars are rounded to the compute type, as a host scalar meeting a tensor is.
+//
+// SGD: d = grad (+ param * weight_decay); with a momentum buffer (required when
+// attrs.momentum != 0, used whenever defined): buf = buf * momentum + d,
+// d = nesterov ? d + buf * momentum : buf; then param = param - d * learning_rate.
+void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum,
+                const SgdAttrs& attrs);
+// Adam (attrs.decoupled = false: g = grad + param * weight_decay) and AdamW (decoupled:
+// param = param * (1 - learning_rate * weight_decay)), step t = attrs.step >= 1:
+// m = m * beta1 + g * (1 - beta1); v = v * beta2 + g * g * (1 - beta2);
+// denom = sqrt(v) / sqrt(1 - beta2^t) + epsilon;
+// param = param - (m / denom) * (learning_rate / (1 - beta1^t)).
+void adam_update(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                 const AdamAttrs& attrs);
+// A 0-d bool on the tensors' device: true when every element of every defined tensor is
+// finite (integer and bool tensors always are; no tensors at all gives true, on the
+// current device). One pass over each tensor, no arithmetic that could overflow. Loss
+// scaling reads it once per step instead of once per gradient.
+Tensor all_finite(const std::vector<Tensor>& tensors);
 
 }  // namespace strata

@@ -1,34 +1,14 @@
-// Creation functions: filled tensors, ranges, identity, literals. Not recorded by autograd.
+// Creation functions: filled tensors, ranges, identity, literals. Each is a registered op
+// with its scalars as attributes (no host fill and copy), run on the requested device —
+// the calling thread's current device by default. Not recorded by autograd (no inputs).
 #include <cmath>
 
 #include "core/op_common.h"
 
 namespace strata {
 
-namespace {
-// Host tensor on `device` (when it is a CPU device) filled with value.
-Tensor host_full(const Shape& shape, double value, DType dtype, Device device) {
-  Tensor t = Tensor::empty(shape, dtype, device.is_cpu() ? device : Device());
-  const int64_t n = t.numel();
-  visit_dtype(dtype, [&](auto z) {
-    using T = decltype(z);
-    T* p = static_cast<T*>(t.raw_data());
-    T v;
-    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
-      v = T(float(value));
-    } else if constexpr (std::is_same_v<T, bool>) {
-      v = value != 0.0;
-    } else {
-      v = static_cast<T>(value);
-    }
-    for (int64_t i = 0; i < n; ++i) p[i] = v;
-  });
-  return device.is_cpu() ? t : t.to(device);
-}
-}  // namespace
-
 Tensor full(const Shape& shape, double value, DType dtype, Device device) {
-  return host_full(shape, value, dtype, device);
+  return detail::compute1(OpId::Fill, OpAttrs(FillAttrs{value}), {}, shape, dtype, device);
 }
 Tensor zeros(const Shape& shape, DType dtype, Device device) { return full(shape, 0.0, dtype, device); }
 Tensor ones(const Shape& shape, DType dtype, Device device) { return full(shape, 1.0, dtype, device); }
@@ -39,26 +19,26 @@ Tensor full_like(const Tensor& t, double value) { return full(t.shape(), value, 
 Tensor arange(double start, double stop, double step, DType dtype, Device device) {
   STRATA_CHECK(step != 0.0, "arange: step must be non-zero");
   const double count = std::ceil((stop - start) / step);
+  STRATA_CHECK(!std::isnan(count), "arange: start ", start, ", stop ", stop, " and step ", step,
+               " do not define a range");
   const int64_t n = count > 0 ? int64_t(count) : 0;
-  std::vector<double> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = start + double(i) * step;
-  return Tensor::from_vector(v, Shape{n}, dtype, device);
+  RangeAttrs range;
+  range.start = start;
+  range.step = step;
+  return detail::compute1(OpId::Arange, OpAttrs(range), {}, Shape{n}, dtype, device);
 }
 
 Tensor linspace(double start, double stop, int64_t num, DType dtype, Device device) {
   STRATA_CHECK(num >= 0, "linspace: num must be >= 0, got ", num);
-  std::vector<double> v(static_cast<size_t>(num));
-  for (int64_t i = 0; i < num; ++i) {
-    v[size_t(i)] = num == 1 ? start : start + (stop - start) * double(i) / double(num - 1);
-  }
-  return Tensor::from_vector(v, Shape{num}, dtype, device);
+  RangeAttrs range;
+  range.start = start;
+  range.stop = stop;
+  return detail::compute1(OpId::Linspace, OpAttrs(range), {}, Shape{num}, dtype, device);
 }
 
 Tensor eye(int64_t n, DType dtype, Device device) {
   STRATA_CHECK(n >= 0, "eye: n must be >= 0, got ", n);
-  std::vector<double> v(size_t(n * n), 0.0);
-  for (int64_t i = 0; i < n; ++i) v[size_t(i * n + i)] = 1.0;
-  return Tensor::from_vector(v, Shape{n, n}, dtype, device);
+  return detail::compute1(OpId::Eye, OpAttrs{}, {}, Shape{n, n}, dtype, device);
 }
 
 Tensor tensor(std::initializer_list<float> values) {

@@ -36,7 +36,8 @@ enum class BinaryKind { Arithmetic, FloatOnly, Compare, Logical };
 Tensor binary(OpId op, const Tensor& a0, const Tensor& b0, BinaryKind kind) {
   const char* name = op_name(op);
   const Device device = op_device(name, {&a0, &b0});
-  Tensor a = detail::on_device(a0, device), b = detail::on_device(b0, device);
+  // Host scalars stay on the host: every backend's kernels read them there (no copy per call).
+  Tensor a = a0, b = b0;
   const Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
   DType common = promote_types(a.dtype(), b.dtype(), name);
   if (kind == BinaryKind::Logical) {
@@ -70,9 +71,7 @@ Tensor sigmoid(const Tensor& x) { return unary(OpId::Sigmoid, x, UnaryKind::Floa
 Tensor relu(const Tensor& x) { return unary(OpId::Relu, x, UnaryKind::Numeric); }
 Tensor softplus(const Tensor& x) { return unary(OpId::Softplus, x, UnaryKind::FloatOnly); }
 Tensor gelu(const Tensor& x, bool approximate_tanh) {
-  OpAttrs attrs;
-  attrs.flag = approximate_tanh;
-  return unary(OpId::Gelu, x, UnaryKind::FloatOnly, attrs);
+  return unary(OpId::Gelu, x, UnaryKind::FloatOnly, OpAttrs(GeluAttrs{approximate_tanh}));
 }
 Tensor erf(const Tensor& x) { return unary(OpId::Erf, x, UnaryKind::FloatOnly); }
 Tensor sign(const Tensor& x) { return unary(OpId::Sign, x, UnaryKind::Numeric); }
@@ -114,8 +113,7 @@ Tensor logical_or(const Tensor& a, const Tensor& b) { return binary(OpId::Logica
 
 Tensor where(const Tensor& cond0, const Tensor& a0, const Tensor& b0) {
   const Device device = op_device("where", {&cond0, &a0, &b0});
-  Tensor cond = detail::on_device(cond0, device);
-  Tensor a = detail::on_device(a0, device), b = detail::on_device(b0, device);
+  Tensor cond = cond0, a = a0, b = b0;  // host scalars stay on the host
   STRATA_CHECK(cond.dtype() == kBool, "where: condition must be bool, got ", cond.dtype());
   const DType common = promote_types(a.dtype(), b.dtype(), "where");
   if (a.dtype() != common) a = cast(a, common);

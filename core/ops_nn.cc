@@ -82,8 +82,7 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, doub
   STRATA_CHECK(gamma.dtype() == x.dtype() && beta.dtype() == x.dtype(), name,
                ": dtype mismatch: x ", x.dtype(), ", gamma ", gamma.dtype(), ", beta ", beta.dtype());
   STRATA_CHECK(eps >= 0, name, ": eps must be >= 0, got ", eps);
-  OpAttrs attrs;
-  attrs.scalar = eps;
+  const OpAttrs attrs(LayerNormAttrs{eps});
   return detail::compute1(OpId::LayerNorm, attrs, {x, gamma, beta}, x.shape(), x.dtype(), device);
 }
 

@@ -92,10 +92,8 @@ Tensor argmin(const Tensor& x, int64_t axis, bool keepdims) { return arg_reduce(
 Tensor cumsum(const Tensor& x, int64_t axis, bool exclusive, bool reverse) {
   detail::require_defined("cumsum", x);
   STRATA_CHECK(x.dtype() != kBool, "cumsum: expected a numeric tensor, got bool");
-  OpAttrs attrs;
+  OpAttrs attrs(CumsumAttrs{exclusive, reverse});
   attrs.axis = normalize_axis(axis, x.ndim(), "cumsum");
-  attrs.flag = exclusive;
-  attrs.flag2 = reverse;
   return detail::compute1(OpId::Cumsum, attrs, {x}, x.shape(), x.dtype(), x.device());
 }
 

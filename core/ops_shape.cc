@@ -216,8 +216,7 @@ Tensor pad(const Tensor& x, const std::vector<std::pair<int64_t, int64_t>>& pads
   detail::require_defined("pad", x);
   STRATA_CHECK(int64_t(pads.size()) == x.ndim(), "pad: ", pads.size(),
                " (before, after) pairs for a tensor of rank ", x.ndim());
-  OpAttrs attrs;
-  attrs.scalar = value;
+  OpAttrs attrs(PadAttrs{value});
   Shape shape = x.shape();
   for (size_t i = 0; i < pads.size(); ++i) {
     STRATA_CHECK(pads[i].first >= 0 && pads[i].second >= 0, "pad: negative padding on axis ", i);

@@ -9,16 +9,17 @@
 namespace strata::random {
 
 Tensor uniform(const Shape& shape, uint64_t seed, double low = 0.0, double high = 1.0,
-               DType dtype = kFloat32, Device device = Device());
+               DType dtype = kFloat32, Device device = current_device());
 Tensor normal(const Shape& shape, uint64_t seed, double mean = 0.0, double stddev = 1.0,
-              DType dtype = kFloat32, Device device = Device());
+              DType dtype = kFloat32, Device device = current_device());
 // Normal resampled until within two standard deviations, as Keras's initializers do.
 Tensor truncated_normal(const Shape& shape, uint64_t seed, double mean = 0.0,
-                        double stddev = 1.0, DType dtype = kFloat32, Device device = Device());
+                        double stddev = 1.0, DType dtype = kFloat32, Device device = current_device());
 // 1 with probability p, else 0, in dtype.
 Tensor bernoulli(const Shape& shape, double p, uint64_t seed, DType dtype = kFloat32,
-                 Device device = Device());
-// A random permutation of [0, n) as int64.
+                 Device device = current_device());
+// A random permutation of [0, n) as int64, on the current device (drawn on the host:
+// Fisher-Yates is sequential).
 Tensor permutation(int64_t n, uint64_t seed);
 
 // The raw generator: four 32-bit words for (key, counter).

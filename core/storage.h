@@ -6,13 +6,16 @@
 #include <memory>
 
 #include "core/device.h"
+#include "core/stream.h"
 
 namespace strata {
 
 class Storage {
  public:
-  // Allocates `bytes` on `device` through its registered allocator.
+  // Allocates `bytes` on `device` through its registered allocator, for work on the
+  // calling thread's current stream of that device (or on `stream`).
   Storage(size_t bytes, Device device);
+  Storage(size_t bytes, Device device, const Stream& stream);
   // Wraps memory owned elsewhere; `deleter` runs when the storage dies (may be empty).
   Storage(void* data, size_t bytes, Device device, std::function<void(void*)> deleter);
   ~Storage();
@@ -22,11 +25,19 @@ class Storage {
   void* data() const { return data_; }
   size_t bytes() const { return bytes_; }
   Device device() const { return device_; }
+  // The stream the memory was allocated for (PyTorch's "allocation stream").
+  const Stream& stream() const { return stream_; }
+  // True when the CPU can read and write the memory directly.
+  bool host_addressable() const { return device_.is_cpu(); }
+  // Marks the memory as used by work on another stream of its device, so that the
+  // allocator does not reuse it before that work has finished (PyTorch's recordStream).
+  void record_stream(const Stream& stream);
 
  private:
   void* data_ = nullptr;
   size_t bytes_ = 0;
   Device device_;
+  Stream stream_;
   std::function<void(void*)> deleter_;
   bool owned_ = true;
 };

@@ -110,22 +110,28 @@ Tensor Tensor::clone() const {
 }
 Tensor Tensor::cast(DType t) const { return strata::cast(*this, t); }
 
-Tensor Tensor::to(Device target) const {
+void Tensor::require_host_addressable(const char* what) const {
+  STRATA_CHECK(impl().storage->host_addressable(), what, ": the memory of a ", device(),
+               " tensor is not addressable from the host (copy it with Tensor::to(cpu()) first)");
+}
+
+Tensor Tensor::to(Device target, bool non_blocking) const {
   if (device() == target) return *this;
-  if (same_memory(device(), target)) {
-    // Logical CPU devices share host memory, but a tensor placed on another device is
-    // its own copy (as in TensorFlow), so replicas never alias each other's values.
-    Tensor src = contiguous();
-    Tensor out = Tensor::view_of(std::make_shared<Storage>(src.nbytes(), target), 0, shape(),
-                                 contiguous_strides(shape()), dtype());
-    if (src.nbytes()) std::memcpy(out.raw_data(), src.raw_data(), src.nbytes());
-    // Recorded as a copy: gradients flow back across devices (mirrored replicas).
-    const Tensor in[1] = {*this}, outs[1] = {out};
-    record_op(OpId::Copy, OpAttrs{}, in, outs);
-    return out;
-  }
-  fail("Tensor::to: cannot copy from ", device(), " to ", target,
-       " (strata was built without the CUDA backend, or no GPU is present)");
+  // Logical CPU devices share host memory, but a tensor placed on another device is its
+  // own copy (as in TensorFlow), so replicas never alias each other's values.
+  CopyFn copy = find_copy(device().type, target.type);
+  STRATA_CHECK(copy != nullptr, "Tensor::to: cannot copy from ", device(), " to ", target,
+               " (strata was built without the CUDA backend, or it is not linked into this program)");
+  // The copy runs on the stream of its device side (the destination's unless that is the
+  // host); its output is allocated for the destination's current stream.
+  const Stream stream = target.is_cpu() ? current_stream(device()) : current_stream(target);
+  Tensor out = Tensor::view_of(std::make_shared<Storage>(nbytes(), target), 0, shape(),
+                               contiguous_strides(shape()), dtype());
+  if (numel() != 0) copy(*this, out, stream, non_blocking);
+  // Recorded as a copy: gradients flow back across devices (mirrored replicas).
+  const Tensor in[1] = {*this}, outs[1] = {out};
+  record_op(OpId::Copy, OpAttrs{}, in, outs);
+  return out;
 }
 
 void Tensor::copy_(const Tensor& src) const {
@@ -183,9 +189,9 @@ void convert_elements(const void* src, DType from, void* dst, DType to, int64_t 
 }
 
 void copy_to_host(const Tensor& t, void* dst) {
-  Tensor c = t.contiguous();
-  STRATA_CHECK(c.device().is_cpu(), "to_vector: cannot read a ", c.device(),
-               " tensor on this build");
+  // A device tensor comes over through the registered copy, which synchronises (the host
+  // read is where deferred data errors of that device surface).
+  Tensor c = t.device().is_cpu() ? t.contiguous() : t.to(Device());
   if (c.nbytes()) std::memcpy(dst, c.raw_data(), c.nbytes());
 }
 

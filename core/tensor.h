@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "core/shape.h"
 #include "core/storage.h"
+#include "core/stream.h"
 
 namespace strata {
 
@@ -38,21 +39,22 @@ class Tensor {
   Tensor() = default;  // undefined: defined() is false
   explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
 
-  // Uninitialised contiguous tensor.
-  static Tensor empty(const Shape& shape, DType dtype = kFloat32, Device device = Device());
+  // Uninitialised contiguous tensor, on the calling thread's current device by default
+  // (core/stream.h), as every creation function.
+  static Tensor empty(const Shape& shape, DType dtype = kFloat32, Device device = current_device());
   // A view onto existing storage.
   static Tensor view_of(std::shared_ptr<Storage> storage, int64_t offset, Shape shape,
                         Strides strides, DType dtype);
-  // Copies host values into a new CPU tensor of the given shape (and casts to dtype).
+  // Copies host values into a new tensor of the given shape (and casts to dtype).
   template <typename T>
   static Tensor from_vector(const std::vector<T>& values, const Shape& shape,
-                            DType dtype = dtype_of_v<T>, Device device = Device());
+                            DType dtype = dtype_of_v<T>, Device device = current_device());
   template <typename T>
   static Tensor from_vector(const std::vector<T>& values) {
     return from_vector(values, Shape{int64_t(values.size())});
   }
   // A rank-0 tensor.
-  static Tensor scalar(double value, DType dtype = kFloat32, Device device = Device());
+  static Tensor scalar(double value, DType dtype = kFloat32, Device device = current_device());
 
   bool defined() const { return impl_ != nullptr; }
   const Shape& shape() const { return impl().shape; }
@@ -71,14 +73,20 @@ class Tensor {
   bool shares_storage(const Tensor& other) const;
 
   const std::shared_ptr<Storage>& storage() const { return impl().storage; }
-  // Pointer to the first element (offset applied). Typed access checks the dtype.
+  // Pointer to the first element (offset applied) in the tensor's device memory: for
+  // kernels, which run on that device. Not dereferenceable on the host for a GPU tensor.
   void* raw_data() const;
+  // Host pointer to the first element; raises unless the memory is host-addressable and
+  // the dtype is T. Host I/O (readers, checkpoint and event writers) uses it.
   template <typename T>
   T* data() const {
     STRATA_CHECK(dtype() == dtype_of_v<T>, "Tensor::data: tensor has dtype ", dtype(),
                  ", requested ", dtype_of_v<T>);
+    require_host_addressable("Tensor::data");
     return static_cast<T*>(raw_data());
   }
+  // Raises a strata::Error naming `what` unless the CPU can address this tensor's memory.
+  void require_host_addressable(const char* what) const;
 
   // Host access (copies from the device when needed).
   template <typename T>
@@ -99,7 +107,11 @@ class Tensor {
   Tensor contiguous() const;  // itself when already contiguous
   Tensor clone() const;       // always a fresh contiguous copy
   Tensor cast(DType dtype) const;
-  Tensor to(Device device) const;
+  // This tensor on `device`: itself when already there, else a copy through the copy
+  // registered for (source, destination) device types, recorded on the tape. A
+  // non_blocking copy may still be running when to() returns (it is ordered before later
+  // work on the destination's current stream; synchronize before reading it on the host).
+  Tensor to(Device device, bool non_blocking = false) const;
 
   // Writes `src` (broadcast and cast to this tensor's shape/dtype) into this tensor's
   // memory in place. Used by variables and optimizers; not recorded by autograd.
@@ -143,7 +155,7 @@ Tensor Tensor::from_vector(const std::vector<T>& values, const Shape& shape, DTy
     detail::convert_elements(values.data(), dtype_of_v<T>, host.raw_data(), dtype,
                              int64_t(values.size()));
   }
-  return device.is_cpu() ? (device.index == 0 ? host : host.to(device)) : host.to(device);
+  return device == Device() ? host : host.to(device);
 }
 
 template <typename T>

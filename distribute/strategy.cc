@@ -140,6 +140,7 @@ void Strategy::run_replicas(const std::function<void(int)>& body) {
       ~ContextGuard() { detail::set_replica_context(saved); }
     } guard;
     detail::set_replica_context(contexts_[0].get());
+    DeviceGuard on_device(devices_[0]);  // as TensorFlow does inside strategy.run
     body(0);
     return;
   }
@@ -171,6 +172,8 @@ void Strategy::run_replicas(const std::function<void(int)>& body) {
     {
       ComputeSlot slot;  // compute only while holding one of the cores
       detail::set_replica_context(contexts_[size_t(r)].get());
+      // The replica's device is current: creation ops and temporaries land on it.
+      DeviceGuard on_device(devices_[size_t(r)]);
       try {
         body(r);
       } catch (const std::exception& e) {

@@ -9,14 +9,9 @@
 
 #include "core/ops.h"
 #include "core/tensor.h"
+#include "tests/test_paths.h"  // shared_dir(), source_dir(), bin_dir()
 
 namespace strata::testing {
-
-// ../shared (golden cases, MNIST) or empty when absent from this checkout.
-inline std::filesystem::path shared_dir() {
-  std::filesystem::path p(STRATA_SHARED_DIR);
-  return std::filesystem::exists(p) ? p : std::filesystem::path();
-}
 
 // True when every element of a and b (as float64) satisfies |a-b| <= atol + rtol*|b|.
 inline bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-6) {

@@ -1,6 +1,6 @@
 #include "train/clip.h"
 
-#include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 
@@ -9,29 +9,82 @@
 
 namespace strata::optim {
 
-double global_norm(const std::vector<Tensor>& tensors) {
-  autograd::StopRecording no_tape;
-  double total = 0;
+namespace {
+
+// The sum of squares of every element of the defined tensors, accumulated in float64 on
+// the first one's device (per-tensor sums added in order; no host read), or undefined when
+// there is no element at all.
+Tensor sum_of_squares(const std::vector<Tensor>& tensors) {
+  Tensor total;
   for (const auto& t : tensors) {
     if (!t.defined() || t.numel() == 0) continue;
     STRATA_CHECK(is_floating(t.dtype()), "optim::global_norm: expected floating tensors, got ",
-                 t.dtype());
-    total += sum(square(cast(t, kFloat64))).item<double>();
+                 t.dtype(), " with shape ", shape_str(t.shape()));
+    Tensor s = sum(square(cast(t, kFloat64)));
+    if (!total.defined()) {
+      total = s;
+      continue;
+    }
+    if (!same_memory(s.device(), total.device())) s = s.to(total.device());
+    total = total + s;
   }
-  return std::sqrt(total);
+  return total;
+}
+
+}  // namespace
+
+Tensor global_norm_tensor(const std::vector<Tensor>& tensors) {
+  autograd::StopRecording no_tape;
+  const Tensor total = sum_of_squares(tensors);
+  return total.defined() ? sqrt(total) : Tensor::scalar(0.0, kFloat64);
+}
+
+double global_norm(const std::vector<Tensor>& tensors) {
+  return global_norm_tensor(tensors).item<double>();
+}
+
+std::vector<Tensor> clip_gradients_by_global_norm(const std::vector<Tensor>& gradients, double clip_norm,
+                                                  Tensor* global_norm) {
+  STRATA_CHECK(clip_norm > 0 && std::isfinite(clip_norm),
+               "optim::clip_by_global_norm: clip_norm must be positive and finite, got ", clip_norm);
+  Tensor scale;
+  {
+    autograd::StopRecording no_tape;
+    const Tensor total = sum_of_squares(gradients);
+    if (!total.defined()) {  // no element to scale
+      if (global_norm) *global_norm = Tensor::scalar(0.0, kFloat64);
+      return gradients;
+    }
+    const Tensor norm = sqrt(total);
+    if (global_norm) *global_norm = norm;
+    // clip_norm / max(norm, clip_norm), and NaN for a non-finite norm as in TensorFlow.
+    scale = where(is_finite(norm), clip_norm / maximum(norm, scalar_like(norm, clip_norm)),
+                  scalar_like(norm, std::numeric_limits<double>::quiet_NaN()));
+  }
+  // The scale rounded to each gradient's dtype (as a host scalar would be), once per dtype.
+  std::array<Tensor, 8> scale_as;
+  std::vector<Tensor> out;
+  out.reserve(gradients.size());
+  for (const auto& g : gradients) {
+    if (!g.defined()) {
+      out.push_back(g);
+      continue;
+    }
+    Tensor& s = scale_as[size_t(g.dtype())];
+    if (!s.defined()) {
+      autograd::StopRecording no_tape;
+      s = cast(scale, g.dtype());
+    }
+    out.push_back(g * (same_memory(s.device(), g.device()) ? s : s.to(g.device())));
+  }
+  return out;
 }
 
 ClippedGradients clip_by_global_norm(const std::vector<Tensor>& gradients, double clip_norm) {
-  STRATA_CHECK(clip_norm > 0 && std::isfinite(clip_norm),
-               "optim::clip_by_global_norm: clip_norm must be positive and finite, got ", clip_norm);
   ClippedGradients out;
-  out.global_norm = global_norm(gradients);
-  const double scale = std::isfinite(out.global_norm)
-                           ? clip_norm / std::max(out.global_norm, clip_norm)
-                           : std::numeric_limits<double>::quiet_NaN();
-  out.gradients.reserve(gradients.size());
-  for (const auto& g : gradients)
-    out.gradients.push_back(!g.defined() || scale == 1.0 ? g : g * scale);
+  Tensor norm;
+  out.gradients = clip_gradients_by_global_norm(gradients, clip_norm, &norm);
+  out.global_norm = norm.item<double>();
   return out;
 }
 

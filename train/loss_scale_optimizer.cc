@@ -1,5 +1,6 @@
 #include "train/loss_scale_optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -17,19 +18,31 @@ namespace {
 
 constexpr const char* kName = "LossScaleOptimizer";
 
-// True when every defined gradient holds only finite values. g * 0 is 0 for a finite
-// element and NaN for inf or NaN, so one sum per gradient carries the answer (a plain sum
-// could overflow on large finite values); the per-gradient sums are added on one device
-// and read once.
-bool all_finite(const std::vector<Tensor>& grads) {
-  Tensor total;
+// True when every defined gradient holds only finite values: one all_finite op per device
+// the gradients live on (normally one) and a single host read.
+bool gradients_all_finite(const std::vector<Tensor>& grads) {
+  std::vector<std::vector<Tensor>> groups;
   for (const Tensor& g : grads) {
     if (!g.defined()) continue;
-    Tensor probe = cast(sum(g * 0.0), kFloat32);
-    if (total.defined() && probe.device() != total.device()) probe = probe.to(total.device());
-    total = total.defined() ? add(total, probe) : probe;
+    auto it = std::find_if(groups.begin(), groups.end(),
+                           [&](const auto& group) { return same_memory(group[0].device(), g.device()); });
+    if (it == groups.end()) {
+      groups.push_back({g});
+    } else {
+      it->push_back(g);
+    }
   }
-  return !total.defined() || std::isfinite(total.item<double>());
+  Tensor result;
+  for (const auto& group : groups) {
+    Tensor finite = all_finite(group);
+    if (!result.defined()) {
+      result = finite;
+      continue;
+    }
+    if (!same_memory(finite.device(), result.device())) finite = finite.to(result.device());
+    result = logical_and(result, finite);
+  }
+  return !result.defined() || result.item<bool>();
 }
 
 Variable state_variable(const std::string& name, const Tensor& initial) {
@@ -92,7 +105,7 @@ void LossScaleOptimizerImpl::apply_wrapped(const std::vector<Tensor>& grads, con
   // Reduced first: the finiteness of the sum is the same on every replica, so all of
   // them take the same branch below (and issue the same collectives).
   const std::vector<Tensor> g = aggregate_gradients ? all_reduce_sum_gradients(grads) : grads;
-  const bool finite = all_finite(g);
+  const bool finite = gradients_all_finite(g);
   if (finite)
     inner_.apply_gradients(g, vars, /*aggregate_gradients=*/false);
   else

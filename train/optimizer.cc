@@ -204,7 +204,7 @@ void Optimizer::apply_gradients(const std::vector<Tensor>& grads, const std::vec
   distribute::ReplicaContext* ctx = distribute::get_replica_context();
 
   std::vector<Tensor> g = aggregate_gradients ? all_reduce_sum_gradients(grads) : grads;
-  if (s.global_clipnorm_ > 0) g = clip_by_global_norm(g, s.global_clipnorm_).gradients;
+  if (s.global_clipnorm_ > 0) g = clip_gradients_by_global_norm(g, s.global_clipnorm_);
 
   const int64_t count = s.iterations_.value().item<int64_t>();
   UpdateContext uctx;

@@ -1,7 +1,6 @@
 #include "train/sgd.h"
 
 #include "core/ops.h"
-#include "train/optim_fused.h"
 
 namespace strata::optim {
 
@@ -19,51 +18,14 @@ std::vector<std::string> SGDImpl::slot_names() const {
   return {"momentum"};
 }
 
-namespace {
-
-// The update below as one pass (train/optim_fused.h); scalars rounded to T as the ops do.
-template <typename T>
-void sgd_fused(const Tensor& param, const Tensor& grad, const Tensor* buf, const SGDOptions& o, double lr) {
-  T* p = param.data<T>();
-  const T* g = grad.data<T>();
-  T* b = buf ? buf->data<T>() : nullptr;
-  const T wd = T(o.weight_decay), mom = T(o.momentum), rate = T(lr);
-  const bool decay = o.weight_decay != 0.0, nesterov = o.nesterov;
-  detail::fused_for(param.numel(), 1.0, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      T d = g[i];
-      if (decay) d = d + p[i] * wd;
-      if (b) {
-        b[i] = b[i] * mom + d;
-        d = nesterov ? d + b[i] * mom : b[i];
-      }
-      p[i] = p[i] - d * rate;
-    }
-  });
-}
-
-}  // namespace
-
 void SGDImpl::update(const Tensor& param, const Tensor& grad, std::span<const Tensor> slots,
                      const UpdateContext& ctx) const {
-  const bool momentum = options_.momentum != 0.0;
-  if (auto f = detail::fused_operands(param, grad, momentum ? slots.first(1) : slots.first(0)); f.ok) {
-    const Tensor* buf = momentum ? &slots[0] : nullptr;
-    if (param.dtype() == kFloat32) {
-      sgd_fused<float>(param, f.grad, buf, options_, ctx.learning_rate);
-    } else {
-      sgd_fused<double>(param, f.grad, buf, options_, ctx.learning_rate);
-    }
-    return;
-  }
-  Tensor d = grad;
-  if (options_.weight_decay != 0.0) d = d + param * options_.weight_decay;
-  if (options_.momentum != 0.0) {
-    const Tensor& buf = slots[0];
-    buf.copy_(buf * options_.momentum + d);
-    d = options_.nesterov ? d + buf * options_.momentum : buf;
-  }
-  param.copy_(param - d * ctx.learning_rate);
+  SgdAttrs attrs;
+  attrs.learning_rate = ctx.learning_rate;
+  attrs.momentum = options_.momentum;
+  attrs.weight_decay = options_.weight_decay;
+  attrs.nesterov = options_.nesterov;
+  sgd_update(param, grad, options_.momentum != 0.0 ? slots[0] : Tensor(), attrs);
 }
 
 SGD::SGD(LearningRate learning_rate, SGDOptions options)

@@ -158,7 +158,7 @@ void float_unary(OpId op, const OpAttrs& attrs, const Tensor& x, const Tensor& o
         return a.max(C(0)) + exp_flushed<C>(-a.abs()).log1p();
       });
     case OpId::Gelu:
-      if (attrs.flag) {
+      if (attrs.get<GeluAttrs>(OpId::Gelu).approximate_tanh) {
         return unary_loop<T, T>(x, out, kTranscendental,
                                 [](const auto& a) { return a.unaryExpr([](C v) { return gelu_tanh(v); }); });
       }
@@ -377,9 +377,18 @@ void where_kernel(const KernelArgs& k) {
   });
 }
 
+// Copy between logical CPU devices (cpu:i -> cpu:j share host memory): the strided copy
+// kernel into the destination's own storage. CPU streams are immediate, so it is always
+// finished on return.
+void cpu_to_cpu_copy(const Tensor& src, const Tensor& dst, const Stream& stream, bool) {
+  const Tensor in[1] = {src}, out[1] = {dst};
+  unary_kernel(KernelArgs{OpId::Copy, OpAttrs{}, in, out, stream});
+}
+
 }  // namespace
 
 void register_elementwise_kernels() {
+  register_copy(DeviceType::CPU, DeviceType::CPU, cpu_to_cpu_copy);
   for (OpId op : {OpId::Neg, OpId::Exp, OpId::Log, OpId::Sqrt, OpId::Rsqrt, OpId::Abs, OpId::Square,
                   OpId::Sin, OpId::Cos, OpId::Tanh, OpId::Sigmoid, OpId::Relu, OpId::Softplus,
                   OpId::Gelu, OpId::Erf, OpId::Sign, OpId::Reciprocal, OpId::Floor, OpId::IsFinite,

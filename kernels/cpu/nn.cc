@@ -2,6 +2,7 @@
 // subtract the row maximum first, so large logits never overflow.
 #include <cmath>
 
+#include "core/data_error.h"
 #include "core/dispatch.h"
 #include "kernels/cpu/loops.h"
 
@@ -71,9 +72,11 @@ void xent_kernel(const KernelArgs& k) {
   std::vector<int64_t> lab(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
     lab[size_t(i)] = labels.dtype() == kInt64 ? ptr<int64_t>(labels)[i] : ptr<int32_t>(labels)[i];
-    STRATA_CHECK(lab[size_t(i)] >= 0 && lab[size_t(i)] < classes,
-                 "sparse_softmax_cross_entropy: label ", lab[size_t(i)], " at position ", i,
-                 " is out of range [0, ", classes, ")");
+    if (lab[size_t(i)] < 0 || lab[size_t(i)] >= classes) {
+      // The same data error the other backends defer (core/data_error.h).
+      raise_data_error(DataError{DataErrorKind::LabelOutOfRange, OpId::SparseSoftmaxCrossEntropy,
+                                 lab[size_t(i)], i, classes, 0});
+    }
   }
   visit_dtype(logits.dtype(), [&](auto z) {
     using T = decltype(z);
@@ -97,7 +100,7 @@ void layer_norm_kernel(const KernelArgs& k) {
   const Tensor x = contiguous_copy(k.in[0]);
   const Tensor gamma = contiguous_copy(k.in[1]);
   const Tensor beta = contiguous_copy(k.in[2]);
-  const double eps = k.attrs.scalar;
+  const double eps = k.attrs.get<LayerNormAttrs>(k.op).epsilon;
   const int64_t d = x.dim(-1);
   const int64_t rows = d ? x.numel() / d : 0;
   visit_dtype(x.dtype(), [&](auto z) {

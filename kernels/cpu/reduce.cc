@@ -188,7 +188,7 @@ void cumsum_kernel(const KernelArgs& k) {
   const Tensor& x = k.in[0];
   const Tensor& out = k.out[0];
   const int64_t axis = k.attrs.axis;
-  const bool exclusive = k.attrs.flag, reverse = k.attrs.flag2;
+  const auto& [exclusive, reverse] = k.attrs.get<CumsumAttrs>(k.op);
   const auto perm = axis_last_perm(x.ndim(), axis);
   const Tensor rows = contiguous_copy(permuted_view(x, perm));
   Tensor result = Tensor::empty(rows.shape(), x.dtype(), x.device());

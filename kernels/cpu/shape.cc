@@ -1,6 +1,7 @@
 // CPU kernels of the copying shape ops: concat, pad, gather, scatter_add and one_hot.
 #include <cstring>
 
+#include "core/data_error.h"
 #include "core/dispatch.h"
 #include "kernels/cpu/loops.h"
 
@@ -37,7 +38,7 @@ void pad_kernel(const KernelArgs& k) {
   const Tensor& out = k.out[0];
   visit_dtype(out.dtype(), [&](auto z) {
     using T = decltype(z);
-    T v = convert<T>(k.attrs.scalar);
+    T v = convert<T>(k.attrs.get<PadAttrs>(k.op).value);
     T* p = ptr<T>(out);
     for (int64_t i = 0, n = out.numel(); i < n; ++i) p[i] = v;
   });
@@ -60,9 +61,13 @@ std::vector<int64_t> read_indices(const Tensor& idx) {
   return v;
 }
 
-void check_index(const char* op, int64_t i, int64_t n, int64_t axis) {
-  STRATA_CHECK(i >= 0 && i < n, op, ": index ", i, " is out of range for axis ", axis,
-               " of extent ", n);
+// Raises the same data error the other backends defer (core/data_error.h).
+void check_indices(OpId op, const std::vector<int64_t>& idx, int64_t n, int64_t axis) {
+  for (size_t j = 0; j < idx.size(); ++j) {
+    if (idx[j] < 0 || idx[j] >= n) {
+      raise_data_error(DataError{DataErrorKind::IndexOutOfRange, op, idx[j], int64_t(j), n, axis});
+    }
+  }
 }
 
 void gather_kernel(const KernelArgs& k) {
@@ -73,7 +78,7 @@ void gather_kernel(const KernelArgs& k) {
   int64_t outer = 1, inner = 1;
   for (int64_t d = 0; d < axis; ++d) outer *= x.shape()[size_t(d)];
   for (int64_t d = axis + 1; d < x.ndim(); ++d) inner *= x.shape()[size_t(d)];
-  for (int64_t i : idx) check_index("gather", i, n, axis);
+  check_indices(OpId::Gather, idx, n, axis);
   const size_t row = size_t(inner) * x.itemsize();
   const char* src = static_cast<const char*>(x.raw_data());
   char* dst = static_cast<char*>(k.out[0].raw_data());
@@ -95,7 +100,7 @@ void scatter_add_kernel(const KernelArgs& k) {
   int64_t outer = 1, inner = 1;
   for (int64_t d = 0; d < axis; ++d) outer *= out.shape()[size_t(d)];
   for (int64_t d = axis + 1; d < out.ndim(); ++d) inner *= out.shape()[size_t(d)];
-  for (int64_t i : idx) check_index("scatter_add", i, n, axis);
+  check_indices(OpId::ScatterAdd, idx, n, axis);
   const int64_t m = int64_t(idx.size());
   visit_dtype(out.dtype(), [&](auto z) {
     using T = decltype(z);

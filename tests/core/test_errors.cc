@@ -109,9 +109,10 @@ const std::vector<ErrorCase>& error_cases() {
       {"dtype name", [] { dtype_from_name("float8"); }, {"dtype:", "unknown dtype name 'float8'"}},
       {"device name", [] { Device::parse("npu"); }, {"device:", "unknown device 'npu'"}},
       {"to cuda", [] { f32({2}).to(cuda(0)); }, {"Tensor::to:", "cannot copy from cpu:0 to cuda:0"}},
-      {"zeros on cuda", [] { zeros({2}, kFloat32, cuda(0)); }, {"Tensor::to:", "cpu:0 to cuda:0"}},
+      {"zeros on cuda", [] { zeros({2}, kFloat32, cuda(0)); }, {"allocator:", "no allocator for device type cuda"}},
       {"cuda allocator", [] { Tensor::empty({2}, kFloat32, cuda(0)); }, {"allocator:", "no allocator for device type cuda"}},
-      {"read cuda tensor", [] { fake_cuda({2}).to_vector<float>(); }, {"to_vector:", "cannot read a cuda:0 tensor"}},
+      {"read cuda tensor", [] { fake_cuda({2}).to_vector<float>(); }, {"Tensor::to:", "cannot copy from cuda:0 to cpu:0"}},
+      {"host pointer to cuda memory", [] { fake_cuda({2}).data<float>(); }, {"Tensor::data:", "cuda:0 tensor is not addressable from the host"}},
       {"random dtype", [] { random::normal({2}, 1, 0, 1, kInt32); }, {"random::normal:", "expected a floating dtype, got int32"}},
   };
   return cases;

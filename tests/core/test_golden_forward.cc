@@ -1,8 +1,13 @@
 // Forward-only run of every graph case in ../shared/golden/cases (README there): each
 // program is executed with strata's ops in the case's dtype and every `expect.values`
-// entry compared within the case's tolerance. Gradients are autograd's to check.
+// entry compared within the case's tolerance. Gradients are autograd's to check. The ops
+// the cases run must all have an entry in the op-info table (tests/op_info).
+#include <set>
+
 #include "tests/core/core_test_helpers.h"
 #include "tests/core/golden_program.h"
+#include "tests/op_info/op_info.h"
+#include "tests/op_info/recorded_ops.h"
 
 using namespace strata;
 using Catch::Matchers::Contains;
@@ -53,6 +58,46 @@ TEST_CASE("golden: every graph case's forward values match", "[golden]") {
   }
   CHECK(graphs >= 60);
   CHECK(values >= graphs);
+}
+
+TEST_CASE("golden: every op the cases run has an op-info entry", "[golden][op_info]") {
+  const auto dir = golden_dir();
+  if (dir.empty() || !std::filesystem::exists(dir)) {
+    WARN("skipped: no golden cases (testing::shared_dir() is empty)");
+    return;
+  }
+  // The op ids a case runs, seen through the recording hook: a composite step such as
+  // "mean" or "embedding" counts as the ops it is made of.
+  std::set<OpId> run_by_cases;
+  std::set<std::string> step_names;
+  for (const auto& path : golden::case_files(dir)) {
+    const golden::Case c = golden::load_case(path);
+    if (c.kind != "graph") continue;
+    INFO(path.filename().string());
+    for (const golden::Step& step : c.program) step_names.insert(step.op);
+    testing::RecordedOps recorded;
+    REQUIRE_NOTHROW(golden::run_program(c));
+    run_by_cases.insert(recorded.ops().begin(), recorded.ops().end());
+  }
+  REQUIRE_FALSE(run_by_cases.empty());
+  for (const std::string& name : step_names) {
+    OpId id{};
+    if (!op_from_name(name.c_str(), &id)) continue;  // a composite (mean, embedding)
+    INFO("golden op '" << name << "'");
+    CHECK(testing::find_op_info(id) != nullptr);
+  }
+  for (OpId id : run_by_cases) {
+    INFO("op '" << op_name(id) << "', run by a golden case");
+    CHECK(testing::find_op_info(id) != nullptr);
+  }
+  // Information, not a failure: the ops whose values no golden case reaches.
+  std::string uncovered;
+  int n = 0;
+  for (const testing::OpInfo& info : testing::op_infos()) {
+    if (run_by_cases.count(info.op)) continue;
+    uncovered += (n++ ? ", " : "") + std::string(info.name());
+  }
+  WARN(n << " of " << testing::op_infos().size() << " op-info entries are run by no golden case: " << uncovered);
 }
 
 TEST_CASE("golden: loading a case", "[golden]") {

@@ -19,6 +19,8 @@
 #include <thread>
 #include <vector>
 
+#include "tests/test_paths.h"  // STRATA_LAUNCH_BIN and the other program paths
+
 namespace strata::testing {
 
 struct ProcessResult {
