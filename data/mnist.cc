@@ -50,8 +50,8 @@ LabeledArrays read_mnist_files(const std::string& images_path, const std::string
   const int64_t h = images.dims[1];
   const int64_t w = images.dims[2];
   LabeledArrays out;
-  out.features = Tensor::empty({n, h, w, 1}, kFloat32);
-  out.labels = Tensor::empty({n}, kInt64);
+  out.features = Tensor::empty({n, h, w, 1}, kFloat32, Device());  // host memory, filled below
+  out.labels = Tensor::empty({n}, kInt64, Device());
   const uint8_t* lsrc = labels.data();
   int64_t* ldst = out.labels.data<int64_t>();
   for (int64_t i = 0; i < n; ++i) {

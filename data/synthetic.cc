@@ -59,8 +59,8 @@ LabeledArrays make_synthetic_classification(const SyntheticOptions& o) {
   Shape shape{o.num_examples};
   shape.insert(shape.end(), o.feature_shape.begin(), o.feature_shape.end());
   LabeledArrays out;
-  out.features = Tensor::empty(shape, kFloat32);
-  out.labels = Tensor::empty({o.num_examples}, kInt64);
+  out.features = Tensor::empty(shape, kFloat32, Device());  // host memory, filled below
+  out.labels = Tensor::empty({o.num_examples}, kInt64, Device());
   float* x = out.features.data<float>();
   int64_t* y = out.labels.data<int64_t>();
   const uint64_t label_stream = detail::mix_keys(base, 0x4c4142454cULL);  // "LABEL"

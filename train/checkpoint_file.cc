@@ -193,7 +193,7 @@ ParsedFile parse_safetensors(FileReader& in, const fs::path& file, const char* o
 // When `expected_crc` is given, a mismatch is reported before anything else about the data.
 Tensor read_tensor(FileReader& in, const Entry& e, const std::string& ctx,
                    std::optional<uint64_t> expected_crc) {
-  Tensor t = Tensor::empty(e.shape, e.dtype);
+  Tensor t = Tensor::empty(e.shape, e.dtype, Device());  // host memory: read() writes it
   const uint64_t n = e.end - e.begin;
   char* dst = n ? static_cast<char*>(t.raw_data()) : nullptr;
   in.read(dst, n, strata::detail::concat("tensor '", e.name, "'"));

@@ -98,7 +98,7 @@ RpcMessage decode(std::vector<zmq::message_t>& parts, size_t first) {
     if (empty) bytes = 0;
     STRATA_CHECK(frame.size() == bytes, "rpc: tensor ", i, " (", dtype_name(dtype), shape_str(shape), ") has ",
                  frame.size(), " bytes, expected ", bytes);
-    Tensor t = Tensor::empty(shape, dtype);
+    Tensor t = Tensor::empty(shape, dtype, Device());  // host memory: the frame is copied in
     if (t.nbytes() > 0) std::memcpy(t.raw_data(), frame.data(), t.nbytes());
     m.tensors.push_back(std::move(t));
   }
