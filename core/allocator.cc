@@ -8,6 +8,7 @@
 #include <mutex>
 #include <new>
 
+#include "core/dispatch.h"
 #include "core/error.h"
 #include "core/storage.h"
 
@@ -184,6 +185,10 @@ bool has_allocator(DeviceType type) {
 Allocator& allocator_for(DeviceType type) {
   if (type == DeviceType::CPU) return cpu_allocator();
   Allocator* a = registry()[size_t(type)].load();
+  if (a == nullptr) {
+    ensure_backends_registered();  // backends register lazily (core/dispatch.h)
+    a = registry()[size_t(type)].load();
+  }
   STRATA_CHECK(a != nullptr, "allocator: no allocator for device type ",
                type == DeviceType::CUDA ? "cuda" : "?",
                " (strata was built without the CUDA backend, or no GPU is present)");
@@ -198,8 +203,7 @@ namespace {
 // The calling thread's current stream of `device`, once its allocator is known to exist
 // (so that a missing backend is reported by the allocator, naming the device type).
 Stream allocation_stream(Device device) {
-  if (device.is_cpu()) return Stream(device, 0);
-  allocator_for(device.type);
+  if (!device.is_cpu()) allocator_for(device.type);
   return current_stream(device);
 }
 }  // namespace

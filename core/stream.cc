@@ -3,6 +3,7 @@
 #include <array>
 #include <atomic>
 
+#include "core/dispatch.h"
 #include "core/error.h"
 
 namespace strata {
@@ -48,7 +49,14 @@ void register_stream_backend(DeviceType type, StreamBackend* backend) {
 }
 
 StreamBackend* stream_backend(DeviceType type) {
-  return backends()[size_t(type)].load(std::memory_order_acquire);
+  StreamBackend* b = backends()[size_t(type)].load(std::memory_order_acquire);
+  if (b == nullptr && type != DeviceType::CPU) {
+    // Backends register lazily (core/dispatch.h): a program whose first use of a device
+    // creates a tensor there has not looked up a kernel yet.
+    ensure_backends_registered();
+    b = backends()[size_t(type)].load(std::memory_order_acquire);
+  }
+  return b;
 }
 
 Stream Stream::default_for(Device device) {

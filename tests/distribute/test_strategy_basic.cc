@@ -23,6 +23,22 @@ TEST_CASE("mirrored: run gives one result per replica and all_reduce sums") {
   REQUIRE_ALLCLOSE(strategy.reduce(ReduceOp::Mean, per_replica), full({2}, 6.0));
 }
 
+TEST_CASE("mirrored: each replica runs with its device current, so creation ops land there") {
+  MirroredStrategy strategy(MirroredStrategy::cpu_devices(3));
+  auto devices = strategy.run([]() {
+    // zeros() defaults to the current device, as tf.zeros inside strategy.run does.
+    const Tensor z = zeros({2});
+    REPLICA_REQUIRE(z.device() == current_device());
+    return Tensor::scalar(double(current_device().index), kInt64, cpu(0));
+  });
+  REQUIRE(devices.size() == 3);
+  for (size_t r = 0; r < devices.size(); ++r) CHECK(devices[r].item<int64_t>() == int64_t(r));
+  CHECK(current_device() == cpu(0));  // the caller's context is untouched
+  OneDeviceStrategy one(cpu(2));
+  auto single = one.run([]() { return Tensor::scalar(double(current_device().index), kInt64, cpu(0)); });
+  CHECK(single[0].item<int64_t>() == 2);
+}
+
 TEST_CASE("mirrored: a failing replica releases the others blocked in all_reduce") {
   MirroredStrategy strategy(MirroredStrategy::cpu_devices(3));
   const auto start = std::chrono::steady_clock::now();
