@@ -28,6 +28,8 @@ const std::vector<SuiteEntry>& suites() {
       {"data", "input pipeline examples/s vs a plain copy of the same bytes", data_suite},
       {"collectives", "in-process all-reduce algbw/busbw (nccl-tests definitions)", collectives_suite},
       {"train", "training steps/s of the MLP and the MNIST CNN under strategies", train_suite},
+      {"gpu", "CUDA device (--device): matmul f32/bf16 vs cuBLAS, add vs device copy, training steps/s vs CPU",
+       gpu_suite},
   };
   return all;
 }

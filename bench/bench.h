@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <utility>
@@ -13,6 +14,7 @@ namespace strata::bench {
 struct Options {
   bool quick = false;  // brief runs: checks that suites work, numbers are rough
   int threads = 0;     // intra-op threads used (0: strata's default)
+  std::string device = "cuda:0";  // the gpu suite's device
 };
 
 // One figure and the baseline it is compared with, measured in the same run.
@@ -28,6 +30,9 @@ struct Result {
   // of the row and written to JSON under "extra".
   std::vector<std::pair<std::string, double>> extra = {};
   std::string note = {};  // a word on how it was measured (e.g. the algorithm strata chose)
+  // Set when the measurement could not be made (e.g. an op without a kernel on the device):
+  // the row is printed and written with this message, and strata-bench exits 1.
+  std::string error = {};
   // strata relative to the baseline: > 1 means strata is better.
   double ratio() const {
     if (baseline_value <= 0 || value <= 0) return 0;
@@ -56,5 +61,24 @@ std::vector<Result> autograd_suite(const Options& options);
 std::vector<Result> data_suite(const Options& options);
 std::vector<Result> collectives_suite(const Options& options);
 std::vector<Result> train_suite(const Options& options);
+std::vector<Result> gpu_suite(const Options& options);
+
+}  // namespace strata::bench
+
+namespace strata::nn {
+class Sequential;
+}
+namespace strata::distribute {
+class Strategy;
+}
+
+namespace strata::bench {
+
+// The training workloads shared by the train and gpu suites: the MLP 784-512-512-10 or
+// the MNIST CNN (conv3x3-32, conv3x3-64, maxpool, dense 128, dense 10), and the median
+// steps/s of `steps` SGD steps under `strategy` on fixed random data (the strategy's
+// devices synchronised before each repetition's clock is read).
+nn::Sequential make_model(bool cnn);
+double steps_per_second(distribute::Strategy& strategy, bool cnn, int64_t batch, int steps, int reps);
 
 }  // namespace strata::bench

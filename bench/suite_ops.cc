@@ -1,6 +1,11 @@
 // ops suite: CPU kernels against the hardware and against reference implementations
-// measured in the same run (OpenBLAS sgemm, Eigen's own GEMM, memcpy, plain loops).
+// measured in the same run (OpenBLAS sgemm, Eigen's own GEMM, memcpy, plain loops). Builds
+// without OpenBLAS (STRATA_WITH_OPENBLAS=OFF) use Eigen's GEMM where OpenBLAS's would be.
+#include "strata_build_config.h"
+
+#if STRATA_HAS_OPENBLAS
 #include <cblas.h>
+#endif
 
 #include <Eigen/Core>
 #include <cmath>
@@ -15,11 +20,39 @@
 #include "core/random.h"
 #include "core/thread_pool.h"
 
+#if STRATA_HAS_OPENBLAS
 extern "C" void openblas_set_num_threads(int num_threads);
+#endif
 
 namespace strata::bench {
 
 namespace {
+
+// The reference GEMM, c[m x n] = a[m x k] b[k x n] row-major, on `threads` threads of the
+// library's own: OpenBLAS's sgemm, or Eigen's product in builds without OpenBLAS.
+#if STRATA_HAS_OPENBLAS
+const char* const kBlasName = "OpenBLAS sgemm";
+#else
+const char* const kBlasName = "Eigen GEMM";
+#endif
+Timing time_reference_sgemm(int64_t m, int64_t n, int64_t k, const float* a, const float* b, float* c, int threads,
+                            int reps) {
+#if STRATA_HAS_OPENBLAS
+  openblas_set_num_threads(threads);
+  Timing t = time_it([&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(m), int(n), int(k), 1.0f, a, int(k), b, int(n), 0.0f,
+                c, int(n));
+  }, reps);
+  openblas_set_num_threads(1);
+  return t;
+#else
+  using RowMajor = Eigen::Matrix<float, -1, -1, Eigen::RowMajor>;
+  Eigen::setNbThreads(threads);
+  Eigen::Map<const RowMajor> ea(a, m, k), eb(b, k, n);
+  Eigen::Map<RowMajor> ec(c, m, n);
+  return time_it([&] { ec.noalias() = ea * eb; }, reps);
+#endif
+}
 
 double cpu_ghz() {
   std::ifstream f("/proc/cpuinfo");
@@ -46,19 +79,14 @@ void add_matmul(std::vector<Result>& out, int64_t n, int reps) {
   const int threads = num_threads();
   Timing ts = time_it([&] { matmul(a, b); }, reps);
   std::vector<float> c(static_cast<size_t>(n * n));
-  openblas_set_num_threads(threads);
-  Timing tb = time_it([&] {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(n), int(n), int(n), 1.0f, a.data<float>(), int(n),
-                b.data<float>(), int(n), 0.0f, c.data(), int(n));
-  }, reps);
-  openblas_set_num_threads(1);
+  Timing tb = time_reference_sgemm(n, n, n, a.data<float>(), b.data<float>(), c.data(), threads, reps);
   Eigen::setNbThreads(threads);
   Eigen::Map<const Eigen::Matrix<float, -1, -1, Eigen::RowMajor>> ea(a.data<float>(), n, n), eb(b.data<float>(), n, n);
   Eigen::Matrix<float, -1, -1, Eigen::RowMajor> ec(n, n);
   Timing te = time_it([&] { ec.noalias() = ea * eb; }, reps);
   const std::string name = "matmul f32 " + std::to_string(n) + "^3";
   out.push_back({"ops", name, flops / ts.median_s / 1e9, "GFLOP/s", ts.spread(),
-                 "OpenBLAS sgemm (" + std::to_string(threads) + " thr)", flops / tb.median_s / 1e9});
+                 std::string(kBlasName) + " (" + std::to_string(threads) + " thr)", flops / tb.median_s / 1e9});
   out.push_back({"ops", name + " (Eigen GEMM)", flops / te.median_s / 1e9, "GFLOP/s", te.spread(),
                  "strata matmul", flops / ts.median_s / 1e9});
   const double peak = peak_gflops_per_core() * threads;
@@ -142,16 +170,11 @@ void add_conv(std::vector<Result>& out, int64_t batch, int64_t hw, int64_t cin, 
   const int64_t m = batch * oh * oh, k = 9 * cin;
   Tensor col = randn({m, k}, 8);
   std::vector<float> c(static_cast<size_t>(m * cout));
-  openblas_set_num_threads(num_threads());
-  Timing tb = time_it([&] {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(m), int(cout), int(k), 1.0f, col.data<float>(), int(k),
-                w.data<float>(), int(cout), 0.0f, c.data(), int(cout));
-  }, reps);
-  openblas_set_num_threads(1);
+  Timing tb = time_reference_sgemm(m, cout, k, col.data<float>(), w.data<float>(), c.data(), num_threads(), reps);
   out.push_back({"ops",
                  "conv2d 3x3 " + std::to_string(batch) + "x" + std::to_string(hw) + "x" + std::to_string(hw) + "x" +
                      std::to_string(cin) + "->" + std::to_string(cout),
-                 flops / t.median_s / 1e9, "GFLOP/s", t.spread(), "OpenBLAS sgemm of the im2col GEMM",
+                 flops / t.median_s / 1e9, "GFLOP/s", t.spread(), std::string(kBlasName) + " of the im2col GEMM",
                  flops / tb.median_s / 1e9});
 }
 

@@ -5,6 +5,7 @@
 #include "autograd/tape.h"
 #include "core/ops.h"
 #include "core/random.h"
+#include "core/stream.h"
 #include "distribute/loss_scaling.h"
 #include "distribute/strategy.h"
 #include "train/losses.h"
@@ -15,15 +16,12 @@
 
 namespace strata::bench {
 
-namespace {
-
 nn::Sequential make_model(bool cnn) {
   if (!cnn) return nn::Sequential{nn::Dense(784, 512), nn::ReLU(), nn::Dense(512, 512), nn::ReLU(), nn::Dense(512, 10)};
   return nn::Sequential{nn::Conv2D(1, 32, 3), nn::ReLU(), nn::Conv2D(32, 64, 3), nn::ReLU(), nn::MaxPool2D(2),
                         nn::Flatten(), nn::Dense(12 * 12 * 64, 128), nn::ReLU(), nn::Dense(128, 10)};
 }
 
-// Median steps/s of `steps` training steps on fixed random data.
 double steps_per_second(distribute::Strategy& strategy, bool cnn, int64_t batch, int steps, int reps) {
   nn::Sequential model;
   optim::SGD opt(0.01);
@@ -47,11 +45,10 @@ double steps_per_second(distribute::Strategy& strategy, bool cnn, int64_t batch,
   };
   Timing t = time_it([&] {
     for (int s = 0; s < steps; ++s) strategy.run(step, per_replica_batch);
+    for (const Device& d : strategy.devices()) synchronize(d);  // asynchronous devices (CUDA)
   }, reps, 1, 1);
   return double(steps) / t.median_s;
 }
-
-}  // namespace
 
 std::vector<Result> train_suite(const Options& o) {
   std::vector<Result> out;

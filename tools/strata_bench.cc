@@ -2,7 +2,10 @@
 // figure next to a baseline measured in the same run (these machines are shared and noisy,
 // so ratios are what count).
 //
-//   strata-bench [SUITE...] [--quick] [--json FILE] [--threads N]
+//   strata-bench [SUITE...] [--quick] [--json FILE] [--threads N] [--device cuda:N]
+//
+// The gpu suite runs on --device (default cuda:0); without a CUDA device it is skipped
+// when no suite is named, and fails when it is named.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <fstream>
@@ -11,6 +14,7 @@
 
 #include "bench/bench.h"
 #include "bench/collectives_worker.h"
+#include "core/stream.h"
 #include "core/thread_pool.h"
 
 using namespace strata;
@@ -26,6 +30,7 @@ int main(int argc, char** argv) {
   app.add_flag("--quick", options.quick, "run every suite briefly (smoke test)");
   app.add_option("--json", json_path, "also write the results as JSON");
   app.add_option("--threads", options.threads, "intra-op threads (default: STRATA_NUM_THREADS or all cores)");
+  app.add_option("--device", options.device, "the gpu suite's device (default cuda:0)");
   // Hidden: the collectives suite re-executes this program as its cross-process workers.
   std::string worker_spec;
   app.add_option("--collectives-worker", worker_spec)->group("");
@@ -44,6 +49,13 @@ int main(int argc, char** argv) {
   int failures = 0;
   for (const auto& suite : bench::suites()) {
     if (!names.empty() && std::find(names.begin(), names.end(), suite.name) == names.end()) continue;
+    if (suite.name == "gpu" && names.empty()) {
+      StreamBackend* cuda = stream_backend(DeviceType::CUDA);
+      if (!cuda || cuda->device_count() == 0) {
+        std::printf("%-12s (skipped: no CUDA device; name the suite to make that an error)\n", "gpu");
+        continue;
+      }
+    }
     std::vector<bench::Result> results;
     try {
       results = suite.run(options);
@@ -57,6 +69,10 @@ int main(int argc, char** argv) {
                   r.unit.c_str(), 100 * r.spread, r.baseline.c_str(), r.baseline_value, r.ratio());
       for (const auto& [key, v] : r.extra) std::printf("  %s %.4g", key.c_str(), v);
       if (!r.note.empty()) std::printf("  (%s)", r.note.c_str());
+      if (!r.error.empty()) {
+        std::printf("  FAILED: %s", r.error.c_str());
+        ++failures;
+      }
       std::printf("\n");
       report["results"].push_back({{"suite", r.suite}, {"name", r.name}, {"value", r.value}, {"unit", r.unit},
                                    {"spread", r.spread}, {"baseline", r.baseline},
@@ -67,6 +83,7 @@ int main(int argc, char** argv) {
         for (const auto& [key, v] : r.extra) extra[key] = v;
       }
       if (!r.note.empty()) report["results"].back()["note"] = r.note;
+      if (!r.error.empty()) report["results"].back()["error"] = r.error;
     }
     std::fflush(stdout);
   }

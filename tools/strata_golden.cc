@@ -4,11 +4,14 @@
 //   strata-golden --cases DIR... [--kind graph|optimizer] [--device cpu|cuda:0]
 //
 // Prints each failing case with its worst element and a closing line "N passed, M failed";
-// exits 1 on any failure.
+// exits 1 on any failure. With --device cuda:N each case's inputs are copied to the device,
+// its program (or optimizer steps) runs there with the device current, and the results are
+// copied back and compared on the host.
 #include <CLI/CLI.hpp>
 #include <iostream>
 
 #include "autograd/autograd.h"
+#include "core/stream.h"
 #include "tools/golden/golden_program.h"
 #include "tools/golden/golden_optimizer.h"
 
@@ -93,6 +96,7 @@ int main(int argc, char** argv) {
         golden::Case c = golden::load_case(file);
         name = c.name.empty() ? name : c.name;
         if (!kind.empty() && c.kind != kind) continue;
+        DeviceGuard on(device);  // creation ops inside the program land on the device too
         if (c.kind == "graph") {
           failure = run_graph_case(c, device);
         } else if (c.kind == "optimizer") {

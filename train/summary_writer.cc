@@ -20,11 +20,11 @@
 
 #include "core/error.h"
 #include "train/crc32c.h"
-#include "train/event.pb.h"
+#include "train/event_encoder.h"
 
 namespace strata::train {
 namespace fs = std::filesystem;
-namespace tb = strata::tensorboard;
+using events::EventData;
 
 namespace {
 
@@ -115,10 +115,8 @@ struct SummaryWriter::Impl {
     }
   }
 
-  void add_event(tb::Event& event, const char* op) {
-    std::string data;
-    STRATA_CHECK(event.SerializeToString(&data), "SummaryWriter::", op,
-                 ": protobuf serialization failed");
+  void add_event(const EventData& event, const char* op) {
+    const std::string data = events::encode_event(event);
     std::lock_guard<std::mutex> lock(mu);
     raise_pending_locked();
     STRATA_CHECK(!closed, "SummaryWriter::", op, ": the writer for ", path, " is closed");
@@ -178,9 +176,10 @@ SummaryWriter::SummaryWriter(const fs::path& logdir, double flush_interval_secon
   STRATA_CHECK(impl_->fd >= 0, "SummaryWriter: no free event file name in ", logdir);
 
   try {
-    tb::Event first;
-    first.set_wall_time(now_seconds());
-    first.set_file_version("brain.Event:2");
+    EventData first;
+    first.kind = EventData::Kind::FileVersion;
+    first.wall_time = now_seconds();
+    first.text = "brain.Event:2";
     impl_->add_event(first, "SummaryWriter");
     std::lock_guard<std::mutex> lock(impl_->mu);
     impl_->flush_locked();  // a valid event file exists from the start
@@ -202,14 +201,12 @@ SummaryWriter::~SummaryWriter() {
 
 void SummaryWriter::scalar(const std::string& tag, double value, int64_t step) {
   STRATA_CHECK(!tag.empty(), "SummaryWriter::scalar: empty tag");
-  tb::Event ev;
-  ev.set_wall_time(now_seconds());
-  ev.set_step(step);
-  tb::Summary::Value* v = ev.mutable_summary()->add_value();
-  v->set_tag(tag);
-  v->set_simple_value(float(value));
-  v->mutable_metadata()->mutable_plugin_data()->set_plugin_name("scalars");
-  v->mutable_metadata()->set_data_class(tb::DATA_CLASS_SCALAR);
+  EventData ev;
+  ev.kind = EventData::Kind::Scalar;
+  ev.wall_time = now_seconds();
+  ev.step = step;
+  ev.tag = tag;
+  ev.scalar = float(value);
   impl_->add_event(ev, "scalar");
 }
 
@@ -234,18 +231,17 @@ void SummaryWriter::histogram(const std::string& tag, const Tensor& values, int6
     if (b == limits.size()) b = limits.size() - 1;
     counts[b] += 1.0;
   }
-  tb::HistogramProto* h = nullptr;
-  tb::Event ev;
-  ev.set_wall_time(now_seconds());
-  ev.set_step(step);
-  tb::Summary::Value* v = ev.mutable_summary()->add_value();
-  v->set_tag(tag);
-  h = v->mutable_histo();
-  h->set_min(xs.empty() ? 0.0 : lo);
-  h->set_max(xs.empty() ? 0.0 : hi);
-  h->set_num(double(xs.size()));
-  h->set_sum(sum);
-  h->set_sum_squares(sum_sq);
+  EventData ev;
+  ev.kind = EventData::Kind::Histogram;
+  ev.wall_time = now_seconds();
+  ev.step = step;
+  ev.tag = tag;
+  events::HistogramData& h = ev.histogram;
+  h.min = xs.empty() ? 0.0 : lo;
+  h.max = xs.empty() ? 0.0 : hi;
+  h.num = double(xs.size());
+  h.sum = sum;
+  h.sum_squares = sum_sq;
   // TensorFlow's Histogram::EncodeToProto: a run of empty buckets becomes one bucket
   // ending at the run's last limit, so only a few hundred numbers are stored.
   for (size_t i = 0; i < counts.size();) {
@@ -259,25 +255,20 @@ void SummaryWriter::histogram(const std::string& tag, const Tensor& values, int6
         ++i;
       }
     }
-    h->add_bucket_limit(end);
-    h->add_bucket(count);
+    h.bucket_limit.push_back(end);
+    h.bucket.push_back(count);
   }
   impl_->add_event(ev, "histogram");
 }
 
 void SummaryWriter::text(const std::string& tag, const std::string& text, int64_t step) {
   STRATA_CHECK(!tag.empty(), "SummaryWriter::text: empty tag");
-  tb::Event ev;
-  ev.set_wall_time(now_seconds());
-  ev.set_step(step);
-  tb::Summary::Value* v = ev.mutable_summary()->add_value();
-  v->set_tag(tag);
-  tb::TensorProto* t = v->mutable_tensor();
-  t->set_dtype(tb::DT_STRING);
-  t->mutable_tensor_shape();  // present and empty: a scalar
-  t->add_string_val(text);
-  v->mutable_metadata()->mutable_plugin_data()->set_plugin_name("text");
-  v->mutable_metadata()->set_data_class(tb::DATA_CLASS_TENSOR);
+  EventData ev;
+  ev.kind = EventData::Kind::Text;
+  ev.wall_time = now_seconds();
+  ev.step = step;
+  ev.tag = tag;
+  ev.text = text;
   impl_->add_event(ev, "text");
 }
 

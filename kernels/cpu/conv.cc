@@ -2,8 +2,6 @@
 // across the pool), its two backward ops, and max/average pooling with their gradients.
 // Padding follows TensorFlow: SAME puts the extra row/column at the bottom/right; average
 // pooling counts only the elements inside the input.
-#include <cblas.h>
-
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -11,6 +9,7 @@
 
 #include "core/dispatch.h"
 #include "core/ops.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/loops.h"
 
 namespace strata::cpu_kernels {
@@ -35,18 +34,6 @@ ConvGeometry geometry(const Shape& x, const Shape& w, const OpAttrs& a, const ch
   const auto aw = conv_output_axis(g.w, g.kw, g.sw, a.padding, op);
   g.oh = ah.out, g.ow = aw.out, g.ph = ah.pad_before, g.pw = aw.pad_before;
   return g;
-}
-
-template <typename T>
-void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b,
-          int64_t ldb, T beta, T* c, int64_t ldc) {
-  const auto TA = ta ? CblasTrans : CblasNoTrans;
-  const auto TB = tb ? CblasTrans : CblasNoTrans;
-  if constexpr (std::is_same_v<T, float>) {
-    cblas_sgemm(CblasRowMajor, TA, TB, int(m), int(n), int(k), 1.0f, a, int(lda), b, int(ldb), beta, c, int(ldc));
-  } else {
-    cblas_dgemm(CblasRowMajor, TA, TB, int(m), int(n), int(k), 1.0, a, int(lda), b, int(ldb), beta, c, int(ldc));
-  }
 }
 
 // col[p, (kh,kw,c)] for the output pixels of one image.
@@ -154,8 +141,8 @@ void conv_forward(const Tensor& xt, const Tensor& wt, const Tensor& out, const O
         im2col(px + i * g.h * g.w * g.c, g, col.get() + (i - i0) * g.pixels() * g.patch());
       }
       // out[chunk pixels, O] = col[chunk pixels, K] @ W[K, O]
-      gemm<T>(false, false, (i1 - i0) * g.pixels(), g.o, g.patch(), col.get(), g.patch(), pw, g.o,
-              T(0), po + i0 * g.pixels() * g.o, g.o);
+      gemm(false, false, (i1 - i0) * g.pixels(), g.o, g.patch(), col.get(), g.patch(), pw, g.o,
+           T(0), po + i0 * g.pixels() * g.o, g.o);
     }
   });
 }
@@ -173,8 +160,8 @@ void conv_backprop_input(const Tensor& wt, const Tensor& dyt, const Tensor& dx, 
     for (int64_t c = b; c < e; ++c) {
       const int64_t i0 = c * ch.images, i1 = std::min(g.n, i0 + ch.images);
       // dcol[chunk pixels, K] = dy[chunk pixels, O] @ W[K, O]^T
-      gemm<T>(false, true, (i1 - i0) * g.pixels(), g.patch(), g.o,
-              ptr<T>(dy) + i0 * g.pixels() * g.o, g.o, ptr<T>(w), g.o, T(0), dcol.get(), g.patch());
+      gemm(false, true, (i1 - i0) * g.pixels(), g.patch(), g.o,
+           ptr<T>(dy) + i0 * g.pixels() * g.o, g.o, ptr<T>(w), g.o, T(0), dcol.get(), g.patch());
       for (int64_t i = i0; i < i1; ++i) {
         col2im(dcol.get() + (i - i0) * g.pixels() * g.patch(), g, pdx + i * g.h * g.w * g.c);
       }
@@ -211,8 +198,8 @@ void conv_backprop_filter(const Tensor& xt, const Tensor& dyt, const Tensor& dw,
           im2col(ptr<T>(x) + i * g.h * g.w * g.c, g, col.get() + (i - i0) * g.pixels() * g.patch());
         }
         // acc[K, O] += col[chunk pixels, K]^T @ dy[chunk pixels, O]
-        gemm<T>(true, false, g.patch(), g.o, (i1 - i0) * g.pixels(), col.get(), g.patch(),
-                ptr<T>(dy) + i0 * g.pixels() * g.o, g.o, T(1), acc, g.o);
+        gemm(true, false, g.patch(), g.o, (i1 - i0) * g.pixels(), col.get(), g.patch(),
+             ptr<T>(dy) + i0 * g.pixels() * g.o, g.o, T(1), acc, g.o);
       }
     }
   });

@@ -1,15 +1,13 @@
-// CPU matmul: OpenBLAS's sgemm/dgemm (pthread build held at one thread, PLATFORM.md),
-// split by rows of M across strata's pool for one large product, or by batch for batched
-// products. Strided operands whose last two axes are row- or column-major are passed to
-// BLAS as they are (with the transpose flag flipped); others are copied once.
-#include <cblas.h>
-
+// CPU matmul: OpenBLAS's sgemm/dgemm (pthread build held at one thread, PLATFORM.md; Eigen's
+// own GEMM in builds without OpenBLAS, kernels/cpu/gemm.h), split by rows of M across
+// strata's pool for one large product, or by batch for batched products. Strided operands
+// whose last two axes are row- or column-major are passed to BLAS as they are (with the
+// transpose flag flipped); others are copied once.
 #include <cstring>
 
 #include "core/dispatch.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/loops.h"
-
-extern "C" void openblas_set_num_threads(int num_threads);
 
 namespace strata::cpu_kernels {
 
@@ -52,15 +50,12 @@ Operand prepare(const Tensor& x, const Shape& batch) {
   return op;
 }
 
+// C = op(A) op(B): gemm.h for float/double, a plain loop for integers.
 template <typename T>
-void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b,
-          int64_t ldb, T* c, int64_t ldc) {
-  const auto TA = ta ? CblasTrans : CblasNoTrans;
-  const auto TB = tb ? CblasTrans : CblasNoTrans;
-  if constexpr (std::is_same_v<T, float>) {
-    cblas_sgemm(CblasRowMajor, TA, TB, int(m), int(n), int(k), 1.0f, a, int(lda), b, int(ldb), 0.0f, c, int(ldc));
-  } else if constexpr (std::is_same_v<T, double>) {
-    cblas_dgemm(CblasRowMajor, TA, TB, int(m), int(n), int(k), 1.0, a, int(lda), b, int(ldb), 0.0, c, int(ldc));
+void gemm_typed(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b,
+                int64_t ldb, T* c, int64_t ldc) {
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    gemm(ta, tb, m, n, k, a, lda, b, ldb, T(0), c, ldc);
   } else {
     for (int64_t i = 0; i < m; ++i) {
       for (int64_t j = 0; j < n; ++j) {
@@ -104,14 +99,14 @@ void matmul_typed(const Operand& A, const Operand& B, bool ta, bool tb, const Te
   if (batches == 1) {
     parallel_for(m, flops_ns, [&](int64_t r0, int64_t r1) {
       const T* a = pa + r0 * (eff_ta ? 1 : A.ld);
-      gemm<T>(eff_ta, eff_tb, r1 - r0, n, k, a, A.ld, pb, B.ld, pc + r0 * n, n);
+      gemm_typed<T>(eff_ta, eff_tb, r1 - r0, n, k, a, A.ld, pb, B.ld, pc + r0 * n, n);
     });
     return;
   }
   parallel_for(batches, flops_ns * double(m), [&](int64_t b0, int64_t b1) {
     for (int64_t bi = b0; bi < b1; ++bi) {
-      gemm<T>(eff_ta, eff_tb, m, n, k, pa + batch_offset(bi, A.batch_strides), A.ld,
-              pb + batch_offset(bi, B.batch_strides), B.ld, pc + bi * m * n, n);
+      gemm_typed<T>(eff_ta, eff_tb, m, n, k, pa + batch_offset(bi, A.batch_strides), A.ld,
+                    pb + batch_offset(bi, B.batch_strides), B.ld, pc + bi * m * n, n);
     }
   });
 }
@@ -149,9 +144,7 @@ void matmul_kernel(const KernelArgs& k) {
 }  // namespace
 
 void register_linalg_kernels() {
-  // Concurrent single-threaded sgemm calls from strata's pool and replica threads are
-  // safe with the pthread build and avoid its spinning workers (PLATFORM.md).
-  openblas_set_num_threads(1);
+  gemm_init();
   register_kernel(OpId::MatMul, DeviceType::CPU, matmul_kernel);
 }
 

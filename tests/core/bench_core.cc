@@ -10,14 +10,17 @@
 #include <thread>
 #include <vector>
 
+#include "strata_build_config.h"
 #include "tests/core/core_test_helpers.h"
 
+#if STRATA_HAS_OPENBLAS
 // OpenBLAS (linked through strata_core); declared here because its headers are private to it.
 extern "C" {
 void cblas_sgemm(int order, int trans_a, int trans_b, int m, int n, int k, float alpha, const float* a,
                  int lda, const float* b, int ldb, float beta, float* c, int ldc);
 void openblas_set_num_threads(int n);
 }
+#endif
 
 using namespace strata;
 
@@ -50,6 +53,7 @@ std::vector<double> interleaved(int reps, const std::vector<std::function<void()
 
 }  // namespace
 
+#if STRATA_HAS_OPENBLAS  // builds without OpenBLAS have no cblas_sgemm to compare with
 TEST_CASE("bench: matmul 1024^3 float32 vs cblas_sgemm", "[.bench]") {
   const int n = 1024;
   const double flop = 2.0 * n * n * n;
@@ -90,6 +94,7 @@ TEST_CASE("bench: matmul 1024^3 float32 vs cblas_sgemm", "[.bench]") {
   openblas_set_num_threads(1);
   CHECK(testing::allclose(keep, Tensor::from_vector(c, {n, n}), 1e-4, 1e-4));
 }
+#endif
 
 TEST_CASE("bench: add of 16M float32 into a fresh output vs a plain loop", "[.bench]") {
   const int64_t n = int64_t(1) << 24;

@@ -1,0 +1,229 @@
+// gpu suite: strata on a CUDA device (Options::device, strata-bench --device) against the
+// libraries it stands on, measured in the same run:
+//   - matmul float32 and bfloat16, 4096^3 and 8192^3 (TFLOP/s), against cuBLAS called
+//     directly on buffers of its own (float32 without TF32; the TF32 rate is printed after
+//     the row as cublas_tf32; bfloat16 in and out with float32 accumulation), with the
+//     relative error ||strata - cuBLAS|| / ||cuBLAS|| after the row;
+//   - add of 256M floats (GB/s, 12 bytes per element) against a device-to-device
+//     cudaMemcpy of 256M floats (GB/s, 8 bytes per element: read + write);
+//   - training steps/s of the MLP (batch 128) and the MNIST CNN (batch 64) under
+//     OneDeviceStrategy(device), against the Default strategy on the CPU.
+// bench/compare/torch_gpu.py times the same workloads in PyTorch; scripts/gpu-check.sh runs
+// both and merges them. Timing: warm-up, then repetitions of several calls each, the
+// device synchronised before the host clock is read; medians.
+//
+// A row that cannot be measured (e.g. an op without a CUDA kernel yet) carries an error
+// instead of failing the suite. Inputs are random normal (never zeros, METHOD.md).
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "bench/bench.h"
+#include "core/error.h"
+#include "core/half.h"
+#include "core/ops.h"
+#include "core/random.h"
+#include "core/stream.h"
+#include "distribute/strategy.h"
+#include "train/nn/nn.h"
+
+#ifdef STRATA_HAS_CUDA
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#endif
+
+namespace strata::bench {
+
+#ifndef STRATA_HAS_CUDA
+
+std::vector<Result> gpu_suite(const Options&) {
+  fail("strata-bench: the gpu suite needs a build with the CUDA backend (-DSTRATA_CUDA=ON)");
+}
+
+#else
+
+namespace {
+
+void cuda_check(cudaError_t e, const char* what) {
+  STRATA_CHECK(e == cudaSuccess, "gpu suite: ", what, ": ", cudaGetErrorString(e));
+}
+void cublas_check(cublasStatus_t s, const char* what) {
+  STRATA_CHECK(s == CUBLAS_STATUS_SUCCESS, "gpu suite: ", what, ": cuBLAS status ", int(s));
+}
+
+// A device buffer of the baseline's own (not strata's allocator).
+struct DeviceBuffer {
+  void* p = nullptr;
+  explicit DeviceBuffer(size_t bytes) { cuda_check(cudaMalloc(&p, bytes), "cudaMalloc"); }
+  ~DeviceBuffer() { cudaFree(p); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+};
+
+struct Cublas {
+  cublasHandle_t h = nullptr;
+  Cublas() { cublas_check(cublasCreate(&h), "cublasCreate"); }
+  ~Cublas() { cublasDestroy(h); }
+};
+
+// Per-call seconds (median over reps) of `inner` calls of fn, synchronising with sync()
+// before each clock read.
+Timing time_device(const std::function<void()>& fn, const std::function<void()>& sync, int reps, int inner) {
+  Timing t = time_it([&] {
+    for (int i = 0; i < inner; ++i) fn();
+    sync();
+  }, reps, 1, 1);
+  t.median_s /= inner, t.min_s /= inner, t.max_s /= inner;
+  return t;
+}
+
+double rel_error(const std::vector<float>& got, const std::vector<float>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double d = double(got[i]) - double(ref[i]);
+    num += d * d;
+    den += double(ref[i]) * double(ref[i]);
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+std::vector<float> bf16_bits_to_float(const std::vector<uint16_t>& bits) {
+  std::vector<float> out(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) {
+    const uint32_t w = uint32_t(bits[i]) << 16;
+    std::memcpy(&out[i], &w, 4);
+  }
+  return out;
+}
+
+// Row-major C[n x n] = A B through column-major cuBLAS: C^T = B^T A^T.
+void cublas_matmul(cublasHandle_t h, int64_t n, const void* a, const void* b, void* c, cudaDataType_t type,
+                   cublasComputeType_t compute) {
+  const float alpha = 1.0f, beta = 0.0f;
+  cublas_check(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, int(n), int(n), int(n), &alpha, b, type, int(n), a, type,
+                            int(n), &beta, c, type, int(n), compute, CUBLAS_GEMM_DEFAULT),
+               "cublasGemmEx");
+}
+
+void add_matmul(std::vector<Result>& out, Device dev, Cublas& blas, int64_t n, DType dtype, int reps) {
+  const bool bf16 = dtype == kBFloat16;
+  const std::string name = std::string("matmul ") + (bf16 ? "bf16 " : "f32 ") + std::to_string(n) + "^3";
+  const double flops = 2.0 * double(n) * double(n) * double(n);
+  const int inner = n >= 8192 ? 5 : 20;
+  Result r{"gpu", name, 0, "TFLOP/s", 0,
+           bf16 ? "cuBLAS bf16 (fp32 accumulate)" : "cuBLAS fp32 (no TF32)", 0};
+  try {
+    Tensor ha = random::normal({n, n}, 11), hb = random::normal({n, n}, 12);
+    if (bf16) ha = cast(ha, kBFloat16), hb = cast(hb, kBFloat16);
+    const size_t bytes = size_t(n * n) * (bf16 ? 2 : 4);
+    // The baseline first: it stands even when strata's kernel is missing.
+    DeviceBuffer da(bytes), db(bytes), dc(bytes);
+    auto host = [&](const Tensor& t) -> const void* {
+      return bf16 ? static_cast<const void*>(t.data<BFloat16>()) : static_cast<const void*>(t.data<float>());
+    };
+    cuda_check(cudaMemcpy(da.p, host(ha), bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
+    cuda_check(cudaMemcpy(db.p, host(hb), bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
+    const cudaDataType_t type = bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    auto sync_cuda = [] { cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); };
+    const Timing tb = time_device([&] { cublas_matmul(blas.h, n, da.p, db.p, dc.p, type, CUBLAS_COMPUTE_32F); },
+                                  sync_cuda, reps, inner);
+    r.baseline_value = flops / tb.median_s / 1e12;
+    std::vector<float> ref(size_t(n * n));
+    if (bf16) {
+      std::vector<uint16_t> bits(size_t(n * n));
+      cuda_check(cudaMemcpy(bits.data(), dc.p, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy");
+      ref = bf16_bits_to_float(bits);
+    } else {
+      const Timing tf = time_device(
+          [&] { cublas_matmul(blas.h, n, da.p, db.p, dc.p, type, CUBLAS_COMPUTE_32F_FAST_TF32); }, sync_cuda, reps,
+          inner);
+      r.extra.push_back({"cublas_tf32", flops / tf.median_s / 1e12});
+      cublas_matmul(blas.h, n, da.p, db.p, dc.p, type, CUBLAS_COMPUTE_32F);  // the fp32 result again
+      cuda_check(cudaMemcpy(ref.data(), dc.p, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy");
+    }
+    DeviceGuard on(dev);
+    const Tensor a = ha.to(dev), b = hb.to(dev);
+    Tensor c;
+    const Timing ts = time_device([&] { c = matmul(a, b); }, [&] { synchronize(dev); }, reps, inner);
+    r.value = flops / ts.median_s / 1e12;
+    r.spread = ts.spread();
+    r.extra.push_back({"rel_err", rel_error(c.to_vector<float>(), ref)});
+  } catch (const std::exception& e) {
+    r.error = e.what();
+  }
+  out.push_back(std::move(r));
+}
+
+void add_elementwise(std::vector<Result>& out, Device dev, int64_t n, int reps) {
+  const std::string sz = std::to_string(n >> 20) + "M";
+  Result r{"gpu", "add f32 " + sz, 0, "GB/s", 0, "cudaMemcpy device to device, " + sz + " f32 (8 B/elem)", 0};
+  try {
+    const size_t bytes = size_t(n) * 4;
+    auto sync_cuda = [] { cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); };
+    {
+      DeviceBuffer src(bytes), dst(bytes);
+      cuda_check(cudaMemset(src.p, 0x3f, bytes), "cudaMemset");
+      const Timing tc = time_device(
+          [&] { cuda_check(cudaMemcpyAsync(dst.p, src.p, bytes, cudaMemcpyDeviceToDevice, nullptr), "cudaMemcpy"); },
+          sync_cuda, reps, 20);
+      r.baseline_value = 8.0 * double(n) / tc.median_s / 1e9;
+    }
+    DeviceGuard on(dev);
+    const Tensor a = random::normal({n}, 13).to(dev), b = random::normal({n}, 14).to(dev);
+    Tensor c;
+    const Timing ts = time_device([&] { c = add(a, b); }, [&] { synchronize(dev); }, reps, 20);
+    r.value = 12.0 * double(n) / ts.median_s / 1e9;
+    r.spread = ts.spread();
+    // Spot check: the sum of a few elements against the host.
+    const Tensor hs = add(a.slice(0, 0, 1024).to(Device()), b.slice(0, 0, 1024).to(Device()));
+    r.extra.push_back({"rel_err", rel_error(c.slice(0, 0, 1024).to_vector<float>(), hs.to_vector<float>())});
+  } catch (const std::exception& e) {
+    r.error = e.what();
+  }
+  out.push_back(std::move(r));
+}
+
+void add_training(std::vector<Result>& out, Device dev, bool cnn, bool quick) {
+  const int64_t batch = cnn ? 64 : 128;
+  const int steps = quick ? 2 : (cnn ? 50 : 100);
+  const int reps = quick ? 1 : 5;
+  const std::string model = cnn ? "CNN b64" : "MLP 784-512-512-10 b128";
+  Result r{"gpu", "train " + model + " one_device(" + dev.str() + ")", 0, "steps/s", 0,
+           "default strategy on the CPU", 0};
+  try {
+    r.baseline_value = steps_per_second(distribute::DefaultStrategy::instance(), cnn, batch,
+                                        quick ? 2 : (cnn ? 10 : 50), reps);
+    distribute::OneDeviceStrategy strategy(dev);
+    r.value = steps_per_second(strategy, cnn, batch, steps, reps);
+  } catch (const std::exception& e) {
+    r.error = e.what();
+  }
+  out.push_back(std::move(r));
+}
+
+}  // namespace
+
+std::vector<Result> gpu_suite(const Options& o) {
+  const Device dev = Device::parse(o.device);
+  STRATA_CHECK(dev.is_cuda(), "gpu suite: --device must name a CUDA device, got ", dev);
+  StreamBackend* backend = stream_backend(DeviceType::CUDA);
+  const int count = backend ? backend->device_count() : 0;
+  STRATA_CHECK(dev.index < count, "gpu suite: ", dev, " is not present (", count, " CUDA device(s))");
+  cuda_check(cudaSetDevice(dev.index), "cudaSetDevice");
+  std::vector<Result> out;
+  const int reps = o.quick ? 2 : 7;
+  Cublas blas;
+  for (int64_t n : o.quick ? std::vector<int64_t>{1024} : std::vector<int64_t>{4096, 8192}) {
+    add_matmul(out, dev, blas, n, kFloat32, reps);
+    add_matmul(out, dev, blas, n, kBFloat16, reps);
+  }
+  add_elementwise(out, dev, o.quick ? (int64_t(1) << 24) : (int64_t(256) << 20), reps);
+  add_training(out, dev, false, o.quick);
+  add_training(out, dev, true, o.quick);
+  return out;
+}
+
+#endif
+
+}  // namespace strata::bench

@@ -1,0 +1,20 @@
+// The emulated CUDA backend of the emulation tests (see emulated_runtime.cc).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cuda/caching_allocator.h"
+
+namespace strata::cuda_emulation {
+
+// Emulated devices: cuda:0 and cuda:1 (two, so that cross-device copies run too).
+inline constexpr int kDevices = 2;
+
+// The caching allocator of the emulated devices.
+cuda_backend::CudaAllocator& allocator();
+// Emulated kernel launches so far (to check that an op ran on the emulated device).
+int64_t launches();
+// Registers the hand-written kernel families for DeviceType::CUDA (emulated_kernels.cc).
+void register_emulated_kernels();
+
+}  // namespace strata::cuda_emulation
