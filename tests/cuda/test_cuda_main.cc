@@ -8,6 +8,7 @@
 #include <cstring>
 #include <string>
 
+#include "core/dispatch.h"
 #include "core/error.h"
 #include "core/ops.h"
 #include "kernels/cuda/runtime.h"
@@ -39,6 +40,16 @@ int check_no_device() {
     (void)arange(0, 4);
   });
   expect_error("create_stream", [] { (void)create_stream(cuda(0)); });
+  // DESIGN's registry rule in a CUDA build: every op that needs a kernel has a CUDA one
+  // (views are computed by the front-end; a custom gradient runs the user's ops).
+  for (int i = 0; i < kNumOps; ++i) {
+    const OpId op = static_cast<OpId>(i);
+    if (is_view_op(op) || op == OpId::CustomGradient) continue;
+    if (find_kernel(op, DeviceType::CUDA) == nullptr) {
+      std::printf("FAIL no CUDA kernel registered for %s\n", op_name(op));
+      ++failures;
+    }
+  }
   if (stream_backend(DeviceType::CUDA) == nullptr || stream_backend(DeviceType::CUDA)->device_count() != 0) {
     std::printf("FAIL the CUDA backend is not registered, or reports devices\n");
     ++failures;
