@@ -72,12 +72,15 @@ record asan+ubsan tests
 
 echo "== ThreadSanitizer (concurrency tests) =="
 cmake -S . -B build-tsan "${common[@]}" "${sanitizer_flags[@]}" -DSTRATA_SANITIZE=thread
-cmake --build build-tsan -j "$jobs" --target strata_data_tests strata_distribute_tests strata_core_tests
+# The CUDA kernels' emulation tests run here too: the emulator runs every CUDA thread as a
+# host thread, so TSan sees a missing __syncthreads or a racy kernel as a data race.
+cmake --build build-tsan -j "$jobs" --target strata_data_tests strata_distribute_tests strata_core_tests \
+  strata_cuda_emulation_tests
 record tsan configure+build
 # libzmq is not instrumented: tests/tsan_suppressions.txt drops reports whose stacks pass
 # through it (its message hand-off uses atomics TSan cannot see).
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan_suppressions.txt" \
-  ctest --test-dir build-tsan --output-on-failure -j "$jobs" --timeout 900 -L "^(data|distribute|core)$" \
+  ctest --test-dir build-tsan --output-on-failure -j "$jobs" --timeout 900 -L "^(data|distribute|core|cuda-emulation)$" \
   "${not_slow[@]}"
 record tsan tests
 print_times
