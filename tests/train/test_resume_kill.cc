@@ -32,7 +32,7 @@ constexpr const char* kChildCase = "Resume kill test: child process";
 JobOptions kill_job_options() {
   JobOptions o;
   o.features = 64;
-  o.hidden = 256;
+  o.hidden = 1024;  // ~5 MB per checkpoint: a save lasts milliseconds even on an idle machine
   o.global_batch = 16;
   o.checkpoint_interval = 1;
   o.max_to_keep = 3;
@@ -93,7 +93,11 @@ TEST_CASE("Resume: a run killed with SIGKILL while saving resumes from the previ
   fs::create_directories(ckpt);
   const std::string exe = self_exe();
   std::mt19937 rng(std::random_device{}());
-  std::uniform_int_distribution<int> delay_us(0, 1500);
+  // Kill a random moment (up to max_delay_us) after a save starts. A save of this small
+  // model can finish within that window on a fast or idle machine, so every round that
+  // tore nothing halves the window: the rounds go on landing inside saves whatever the
+  // save takes, and the kills still sample different points of it.
+  int max_delay_us = 1500;
   constexpr int64_t kTarget = 400;
 
   struct Round {
@@ -117,7 +121,8 @@ TEST_CASE("Resume: a run killed with SIGKILL while saving resumes from the previ
           if (!stale.count(name)) in_progress = name;
         }
         if (!in_progress.empty()) {
-          std::this_thread::sleep_for(std::chrono::microseconds(delay_us(rng)));
+          std::this_thread::sleep_for(
+              std::chrono::microseconds(std::uniform_int_distribution<int>(0, max_delay_us)(rng)));
           ::kill(child.pid(), SIGKILL);
           killed = true;
           break;
@@ -141,6 +146,8 @@ TEST_CASE("Resume: a run killed with SIGKILL while saving resumes from the previ
       ++torn;
       // The save of torn_step never committed: the latest is the one before it.
       REQUIRE(committed == torn_step - 1);
+    } else {
+      max_delay_us /= 2;
     }
 
     // Resume here, in the parent: the newest committed checkpoint, loadable and complete.
