@@ -19,6 +19,7 @@
 #include "core/stream.h"
 #include "tests/cuda/parity.h"
 #include "tests/cuda_emulation/emulated_runtime.h"
+#include "tests/cuda_emulation/error_capture.h"
 
 using namespace strata;
 using strata::testing::mismatch;
@@ -40,25 +41,8 @@ std::string differs(const Tensor& x, Fn f, DType dt) {
   return mismatch(on_cpu(f(on_dev(x))), f(x), tol_for(dt));
 }
 
-template <typename Fn>
-std::string cpu_error(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
-// The error synchronize(cuda(0)) raises, or "" when none.
-std::string deferred_error() {
-  try {
-    synchronize(cuda(0));
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using cuda_testing::deferred_error;
+const auto cpu_error = [](auto&& fn) { return cuda_testing::error_of(fn); };
 
 const double kNaN = std::numeric_limits<double>::quiet_NaN();
 const double kInf = std::numeric_limits<double>::infinity();

@@ -15,6 +15,7 @@
 #include "core/stream.h"
 #include "tests/cuda/parity.h"
 #include "tests/cuda_emulation/emulated_runtime.h"
+#include "tests/cuda_emulation/error_capture.h"
 
 using namespace strata;
 using strata::testing::mismatch;
@@ -25,25 +26,8 @@ namespace {
 Tensor on_cpu(const Tensor& t) { return t.to(Device()); }
 Tensor on_dev(const Tensor& t) { return t.to(cuda(0)); }
 
-template <typename Fn>
-std::string cpu_error(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
-// The error synchronize(cuda(0)) raises, or "" when none.
-std::string deferred_error() {
-  try {
-    synchronize(cuda(0));
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using cuda_testing::deferred_error;
+const auto cpu_error = [](auto&& fn) { return cuda_testing::error_of(fn); };
 
 }  // namespace
 
