@@ -44,7 +44,7 @@ record() {  # record STAGE STEP: the time since the previous record
 print_times() {
   local total=0 row stage step s
   echo "== stage times (wall) =="
-  printf '%-24s %-16s %8s\n' stage step time
+  printf '%-24s %-16s %9s\n' stage step time
   for row in "${times[@]}"; do
     IFS='|' read -r stage step s <<< "$row"
     printf '%-24s %-16s %5dm%02ds\n' "$stage" "$step" $((s / 60)) $((s % 60))
