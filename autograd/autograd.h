@@ -1,8 +1,8 @@
 // The autograd public API in one include.
 #pragma once
 
-#include "autograd/custom_gradient.h"
-#include "autograd/gradcheck.h"
-#include "autograd/gradient_registry.h"
-#include "autograd/tape.h"
-#include "autograd/variable.h"
+#include <strata/autograd/custom_gradient.h>
+#include <strata/autograd/gradcheck.h>
+#include <strata/autograd/gradient_registry.h>
+#include <strata/autograd/tape.h>
+#include <strata/autograd/variable.h>

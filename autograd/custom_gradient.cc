@@ -1,8 +1,8 @@
-#include "autograd/custom_gradient.h"
+#include <strata/autograd/custom_gradient.h>
 
-#include "autograd/tape.h"
-#include "core/ops.h"
-#include "core/recorder.h"
+#include <strata/autograd/tape.h>
+#include <strata/core/ops.h>
+#include <strata/core/recorder.h>
 
 namespace strata::autograd {
 

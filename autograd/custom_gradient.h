@@ -13,7 +13,7 @@
 #include <functional>
 #include <vector>
 
-#include "core/tensor.h"
+#include <strata/core/tensor.h>
 
 namespace strata::autograd {
 

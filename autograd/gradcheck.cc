@@ -1,11 +1,11 @@
-#include "autograd/gradcheck.h"
+#include <strata/autograd/gradcheck.h>
 
 #include <cmath>
 #include <sstream>
 
-#include "autograd/tape.h"
-#include "core/ops.h"
-#include "core/random.h"
+#include <strata/autograd/tape.h>
+#include <strata/core/ops.h>
+#include <strata/core/random.h>
 
 namespace strata::autograd {
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "core/tensor.h"
+#include <strata/core/tensor.h>
 
 namespace strata::autograd {
 

@@ -1,9 +1,9 @@
-#include "autograd/gradient_registry.h"
+#include <strata/autograd/gradient_registry.h>
 
 #include <array>
 #include <mutex>
 
-#include "core/ops.h"
+#include <strata/core/ops.h>
 
 namespace strata::autograd {
 

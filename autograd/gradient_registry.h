@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "autograd/tape.h"
+#include <strata/autograd/tape.h>
 
 namespace strata::autograd {
 

@@ -1,8 +1,8 @@
 // Gradients of the unary and binary elementwise ops, where and cast.
 #include <cmath>
 
-#include "autograd/gradient_registry.h"
-#include "core/ops.h"
+#include <strata/autograd/gradient_registry.h>
+#include <strata/core/ops.h>
 
 namespace strata::autograd {
 

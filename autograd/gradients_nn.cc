@@ -1,7 +1,7 @@
 // Gradients of matmul, the fused neural-network ops, the image ops and custom gradients.
-#include "autograd/custom_gradient.h"
-#include "autograd/gradient_registry.h"
-#include "core/ops.h"
+#include <strata/autograd/custom_gradient.h>
+#include <strata/autograd/gradient_registry.h>
+#include <strata/core/ops.h>
 
 namespace strata::autograd {
 

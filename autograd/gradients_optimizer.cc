@@ -1,6 +1,6 @@
 // The fused optimizer updates and AllFinite (core/ops.h) have no gradient: an update
 // overwrites the variables it reads, and all_finite is a bool.
-#include "autograd/gradient_registry.h"
+#include <strata/autograd/gradient_registry.h>
 
 namespace strata::autograd {
 

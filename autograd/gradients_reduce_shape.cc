@@ -1,6 +1,6 @@
 // Gradients of reductions, cumsum and the shape/indexing ops.
-#include "autograd/gradient_registry.h"
-#include "core/ops.h"
+#include <strata/autograd/gradient_registry.h>
+#include <strata/core/ops.h>
 
 namespace strata::autograd {
 

@@ -1,11 +1,11 @@
-#include "autograd/tape.h"
+#include <strata/autograd/tape.h>
 
 #include <algorithm>
 #include <array>
 
-#include "autograd/gradient_registry.h"
-#include "core/ops.h"
-#include "core/recorder.h"
+#include <strata/autograd/gradient_registry.h>
+#include <strata/core/ops.h>
+#include <strata/core/recorder.h>
 
 namespace strata::autograd {
 

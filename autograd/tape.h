@@ -12,11 +12,11 @@
 #include <unordered_set>
 #include <vector>
 
-#include "autograd/id_set.h"
-#include "autograd/variable.h"
-#include "core/op_attrs.h"
-#include "core/op_id.h"
-#include "core/tensor.h"
+#include <strata/autograd/id_set.h>
+#include <strata/autograd/variable.h>
+#include <strata/core/op_attrs.h>
+#include <strata/core/op_id.h>
+#include <strata/core/tensor.h>
 
 namespace strata::autograd {
 

@@ -1,9 +1,9 @@
-#include "autograd/variable.h"
+#include <strata/autograd/variable.h>
 
 #include <vector>
 
-#include "autograd/tape.h"
-#include "core/ops.h"
+#include <strata/autograd/tape.h>
+#include <strata/core/ops.h>
 
 namespace strata::autograd {
 

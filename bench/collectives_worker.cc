@@ -8,11 +8,11 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
-#include "core/error.h"
-#include "core/tensor.h"
-#include "core/thread_pool.h"
-#include "distribute/collective/gloo_communicator.h"
-#include "distribute/collective/tcp_store.h"
+#include <strata/core/error.h>
+#include <strata/core/tensor.h>
+#include <strata/core/thread_pool.h>
+#include <strata/distribute/collective/gloo_communicator.h>
+#include <strata/distribute/collective/tcp_store.h>
 
 #ifdef STRATA_HAS_GLOO
 #include <gloo/allreduce.h>

@@ -2,10 +2,10 @@
 // backward relative to forward for an MLP.
 #include <cstdlib>
 
-#include "autograd/autograd.h"
+#include <strata/autograd/autograd.h>
 #include "bench/bench.h"
-#include "core/ops.h"
-#include "core/random.h"
+#include <strata/core/ops.h>
+#include <strata/core/random.h>
 
 namespace strata::bench {
 

@@ -16,11 +16,11 @@
 
 #include "bench/bench.h"
 #include "bench/worker_processes.h"
-#include "core/error.h"
-#include "core/ops.h"
-#include "distribute/collective/gloo_communicator.h"
-#include "distribute/collective/tcp_store.h"
-#include "distribute/strategy.h"
+#include <strata/core/error.h>
+#include <strata/core/ops.h>
+#include <strata/distribute/collective/gloo_communicator.h>
+#include <strata/distribute/collective/tcp_store.h>
+#include <strata/distribute/strategy.h>
 
 namespace strata::bench {
 

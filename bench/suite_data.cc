@@ -4,9 +4,9 @@
 #include <filesystem>
 
 #include "bench/bench.h"
-#include "core/ops.h"
-#include "data/mnist.h"
-#include "data/synthetic.h"
+#include <strata/core/ops.h>
+#include <strata/data/mnist.h>
+#include <strata/data/synthetic.h>
 
 namespace strata::bench {
 

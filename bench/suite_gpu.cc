@@ -20,13 +20,13 @@
 #include <vector>
 
 #include "bench/bench.h"
-#include "core/error.h"
-#include "core/half.h"
-#include "core/ops.h"
-#include "core/random.h"
-#include "core/stream.h"
-#include "distribute/strategy.h"
-#include "train/nn/nn.h"
+#include <strata/core/error.h>
+#include <strata/core/half.h>
+#include <strata/core/ops.h>
+#include <strata/core/random.h>
+#include <strata/core/stream.h>
+#include <strata/distribute/strategy.h>
+#include <strata/train/nn/nn.h>
 
 #ifdef STRATA_HAS_CUDA
 #include <cublas_v2.h>

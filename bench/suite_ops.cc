@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "bench/bench.h"
-#include "core/ops.h"
-#include "core/random.h"
-#include "core/thread_pool.h"
+#include <strata/core/ops.h>
+#include <strata/core/random.h>
+#include <strata/core/thread_pool.h>
 
 #if STRATA_HAS_OPENBLAS
 extern "C" void openblas_set_num_threads(int num_threads);

@@ -2,15 +2,15 @@
 // under Default, Mirrored(1..cores) and CentralStorage(2), each next to the Default
 // strategy measured in the same run. (bench/compare/ runs the same workloads in PyTorch.)
 #include "bench/bench.h"
-#include "autograd/tape.h"
-#include "core/ops.h"
-#include "core/random.h"
-#include "core/stream.h"
-#include "distribute/loss_scaling.h"
-#include "distribute/strategy.h"
-#include "train/losses.h"
-#include "train/nn/nn.h"
-#include "train/sgd.h"
+#include <strata/autograd/tape.h>
+#include <strata/core/ops.h>
+#include <strata/core/random.h>
+#include <strata/core/stream.h>
+#include <strata/distribute/loss_scaling.h>
+#include <strata/distribute/strategy.h>
+#include <strata/train/losses.h>
+#include <strata/train/nn/nn.h>
+#include <strata/train/sgd.h>
 
 #include <thread>
 

@@ -13,7 +13,7 @@
 #include <sstream>
 #include <thread>
 
-#include "core/error.h"
+#include <strata/core/error.h>
 
 namespace strata::bench {
 

@@ -1,4 +1,4 @@
-#include "core/allocator.h"
+#include <strata/core/allocator.h>
 
 #include <array>
 #include <cstdlib>
@@ -8,9 +8,9 @@
 #include <mutex>
 #include <new>
 
-#include "core/dispatch.h"
-#include "core/error.h"
-#include "core/storage.h"
+#include <strata/core/dispatch.h>
+#include <strata/core/error.h>
+#include <strata/core/storage.h>
 
 namespace strata {
 

@@ -13,8 +13,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/device.h"
-#include "core/stream.h"
+#include <strata/core/device.h>
+#include <strata/core/stream.h>
 
 namespace strata {
 

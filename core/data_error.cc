@@ -1,6 +1,6 @@
-#include "core/data_error.h"
+#include <strata/core/data_error.h>
 
-#include "core/error.h"
+#include <strata/core/error.h>
 
 namespace strata {
 

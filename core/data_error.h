@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <string>
 
-#include "core/op_id.h"
+#include <strata/core/op_id.h>
 
 namespace strata {
 

@@ -1,8 +1,8 @@
-#include "core/device.h"
+#include <strata/core/device.h>
 
 #include <cstdlib>
 
-#include "core/error.h"
+#include <strata/core/error.h>
 
 namespace strata {
 

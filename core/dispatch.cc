@@ -1,11 +1,11 @@
-#include "core/dispatch.h"
+#include <strata/core/dispatch.h>
 
 #include <array>
 #include <atomic>
 #include <mutex>
 
-#include "core/op_common.h"
-#include "core/recorder.h"
+#include <strata/core/op_common.h>
+#include <strata/core/recorder.h>
 
 namespace strata {
 

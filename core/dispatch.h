@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "core/op_attrs.h"
-#include "core/op_id.h"
-#include "core/stream.h"
-#include "core/tensor.h"
+#include <strata/core/op_attrs.h>
+#include <strata/core/op_id.h>
+#include <strata/core/stream.h>
+#include <strata/core/tensor.h>
 
 namespace strata {
 

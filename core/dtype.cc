@@ -1,6 +1,6 @@
-#include "core/dtype.h"
+#include <strata/core/dtype.h>
 
-#include "core/error.h"
+#include <strata/core/error.h>
 
 namespace strata {
 

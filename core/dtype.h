@@ -7,7 +7,7 @@
 #include <ostream>
 #include <string>
 
-#include "core/half.h"
+#include <strata/core/half.h>
 
 namespace strata {
 

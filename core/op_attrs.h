@@ -14,10 +14,10 @@
 #include <variant>
 #include <vector>
 
-#include "core/dtype.h"
-#include "core/error.h"
-#include "core/op_id.h"
-#include "core/shape.h"
+#include <strata/core/dtype.h>
+#include <strata/core/error.h>
+#include <strata/core/op_id.h>
+#include <strata/core/shape.h>
 
 namespace strata {
 

@@ -1,4 +1,4 @@
-#include "core/op_common.h"
+#include <strata/core/op_common.h>
 
 namespace strata::detail {
 

@@ -5,9 +5,9 @@
 #include <initializer_list>
 #include <vector>
 
-#include "core/dispatch.h"
-#include "core/ops.h"
-#include "core/recorder.h"
+#include <strata/core/dispatch.h>
+#include <strata/core/ops.h>
+#include <strata/core/recorder.h>
 
 namespace strata::detail {
 

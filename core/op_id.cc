@@ -1,4 +1,4 @@
-#include "core/op_id.h"
+#include <strata/core/op_id.h>
 
 #include <cstring>
 

@@ -3,7 +3,7 @@
 // the calling thread's current device by default. Not recorded by autograd (no inputs).
 #include <cmath>
 
-#include "core/op_common.h"
+#include <strata/core/op_common.h>
 
 namespace strata {
 

@@ -1,5 +1,5 @@
 // Front-ends of the unary and binary (broadcasting) elementwise ops.
-#include "core/op_common.h"
+#include <strata/core/op_common.h>
 
 namespace strata {
 

@@ -1,5 +1,5 @@
 // Front-ends of matmul, the fused neural-network ops and the NHWC image ops.
-#include "core/op_common.h"
+#include <strata/core/op_common.h>
 
 namespace strata {
 

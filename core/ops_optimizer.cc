@@ -6,7 +6,7 @@
 #include <sstream>
 #include <string>
 
-#include "core/op_common.h"
+#include <strata/core/op_common.h>
 
 namespace strata {
 

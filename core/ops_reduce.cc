@@ -1,7 +1,7 @@
 // Front-ends of reductions, arg-reductions and cumulative sums.
 #include <limits>
 
-#include "core/op_common.h"
+#include <strata/core/op_common.h>
 
 namespace strata {
 

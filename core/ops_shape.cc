@@ -2,7 +2,7 @@
 // (they share storage and need no kernel); concat/pad/gather/scatter_add/one_hot copy.
 #include <algorithm>
 
-#include "core/op_common.h"
+#include <strata/core/op_common.h>
 
 namespace strata {
 

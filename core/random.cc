@@ -1,12 +1,12 @@
 // Front-ends of the random ops: argument checks, then the registered kernel of the
 // output's device draws element i from (seed, i) (core/philox.h).
-#include "core/random.h"
+#include <strata/core/random.h>
 
 #include <numeric>
 #include <vector>
 
-#include "core/op_common.h"
-#include "core/philox.h"
+#include <strata/core/op_common.h>
+#include <strata/core/philox.h>
 
 namespace strata::random {
 

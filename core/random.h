@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "core/tensor.h"
+#include <strata/core/tensor.h>
 
 namespace strata::random {
 

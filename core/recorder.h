@@ -7,9 +7,9 @@
 
 #include <span>
 
-#include "core/op_attrs.h"
-#include "core/op_id.h"
-#include "core/tensor.h"
+#include <strata/core/op_attrs.h>
+#include <strata/core/op_id.h>
+#include <strata/core/tensor.h>
 
 namespace strata {
 

@@ -1,9 +1,9 @@
-#include "core/shape.h"
+#include <strata/core/shape.h>
 
 #include <algorithm>
 #include <sstream>
 
-#include "core/error.h"
+#include <strata/core/error.h>
 
 namespace strata {
 

@@ -5,8 +5,8 @@
 #include <functional>
 #include <memory>
 
-#include "core/device.h"
-#include "core/stream.h"
+#include <strata/core/device.h>
+#include <strata/core/stream.h>
 
 namespace strata {
 

@@ -1,10 +1,10 @@
-#include "core/stream.h"
+#include <strata/core/stream.h>
 
 #include <array>
 #include <atomic>
 
-#include "core/dispatch.h"
-#include "core/error.h"
+#include <strata/core/dispatch.h>
+#include <strata/core/error.h>
 
 namespace strata {
 

@@ -17,7 +17,7 @@
 
 #include <cstdint>
 
-#include "core/device.h"
+#include <strata/core/device.h>
 
 namespace strata {
 

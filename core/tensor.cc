@@ -1,4 +1,4 @@
-#include "core/tensor.h"
+#include <strata/core/tensor.h>
 
 #include <atomic>
 #include <cmath>
@@ -6,9 +6,9 @@
 #include <iomanip>
 #include <sstream>
 
-#include "core/dispatch.h"
-#include "core/ops.h"
-#include "core/recorder.h"
+#include <strata/core/dispatch.h>
+#include <strata/core/ops.h>
+#include <strata/core/recorder.h>
 
 namespace strata {
 

@@ -13,12 +13,12 @@
 #include <string>
 #include <vector>
 
-#include "core/device.h"
-#include "core/dtype.h"
-#include "core/error.h"
-#include "core/shape.h"
-#include "core/storage.h"
-#include "core/stream.h"
+#include <strata/core/device.h>
+#include <strata/core/dtype.h>
+#include <strata/core/error.h>
+#include <strata/core/shape.h>
+#include <strata/core/storage.h>
+#include <strata/core/stream.h>
 
 namespace strata {
 

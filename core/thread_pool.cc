@@ -1,4 +1,4 @@
-#include "core/thread_pool.h"
+#include <strata/core/thread_pool.h>
 
 #include <algorithm>
 #include <exception>

@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
-#include "core/dtype.h"
-#include "core/shape.h"
-#include "data/dataset.h"
+#include <strata/core/dtype.h>
+#include <strata/core/shape.h>
+#include <strata/data/dataset.h>
 
 namespace strata::data {
 

@@ -9,8 +9,8 @@
 // rebuild exactly what the original run had cached.
 #include <mutex>
 
-#include "core/error.h"
-#include "data/dataset_node.h"
+#include <strata/core/error.h>
+#include <strata/data/dataset_node.h>
 
 namespace strata::data {
 

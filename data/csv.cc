@@ -1,12 +1,12 @@
-#include "data/csv.h"
+#include <strata/data/csv.h>
 
 #include <charconv>
 #include <cmath>
 #include <optional>
 #include <string_view>
 
-#include "core/error.h"
-#include "data/file_io.h"
+#include <strata/core/error.h>
+#include <strata/data/file_io.h>
 
 namespace strata::data {
 

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "core/dtype.h"
-#include "data/dataset.h"
+#include <strata/core/dtype.h>
+#include <strata/data/dataset.h>
 
 namespace strata::data {
 

@@ -1,12 +1,12 @@
 // Dataset and Iterator: the public handles over the stage graph (data/dataset_node.h).
-#include "data/dataset.h"
+#include <strata/data/dataset.h>
 
 #include <algorithm>
 #include <cmath>
 #include <functional>
 
-#include "core/error.h"
-#include "data/dataset_node.h"
+#include <strata/core/error.h>
+#include <strata/data/dataset_node.h>
 
 namespace strata::data {
 

@@ -34,9 +34,9 @@
 #include <string>
 #include <vector>
 
-#include "core/tensor.h"
-#include "data/input_context.h"
-#include "data/iterator_state.h"
+#include <strata/core/tensor.h>
+#include <strata/data/input_context.h>
+#include <strata/data/iterator_state.h>
 
 namespace strata::data {
 

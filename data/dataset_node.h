@@ -24,9 +24,9 @@
 #include <string>
 #include <vector>
 
-#include "core/error.h"
-#include "data/dataset.h"
-#include "data/iterator_state.h"
+#include <strata/core/error.h>
+#include <strata/data/dataset.h>
+#include <strata/data/iterator_state.h>
 
 namespace strata::data::detail {
 

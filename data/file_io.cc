@@ -1,4 +1,4 @@
-#include "data/file_io.h"
+#include <strata/data/file_io.h>
 
 #include <zlib.h>
 
@@ -8,7 +8,7 @@
 #include <fstream>
 #include <limits>
 
-#include "core/error.h"
+#include <strata/core/error.h>
 
 namespace strata::data {
 

@@ -1,9 +1,9 @@
-#include "data/idx.h"
+#include <strata/data/idx.h>
 
 #include <limits>
 
-#include "core/error.h"
-#include "data/file_io.h"
+#include <strata/core/error.h>
+#include <strata/data/file_io.h>
 
 namespace strata::data {
 

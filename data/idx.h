@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "core/shape.h"
+#include <strata/core/shape.h>
 
 namespace strata::data {
 

@@ -1,9 +1,9 @@
-#include "data/input_context.h"
+#include <strata/data/input_context.h>
 
 #include <algorithm>
 #include <cctype>
 
-#include "core/error.h"
+#include <strata/core/error.h>
 
 namespace strata::data {
 

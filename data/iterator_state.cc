@@ -1,9 +1,9 @@
-#include "data/iterator_state.h"
+#include <strata/data/iterator_state.h>
 
 #include <charconv>
 #include <sstream>
 
-#include "core/error.h"
+#include <strata/core/error.h>
 
 namespace strata::data {
 

@@ -1,6 +1,6 @@
-#include "data/labeled_arrays.h"
+#include <strata/data/labeled_arrays.h>
 
-#include "core/error.h"
+#include <strata/core/error.h>
 
 namespace strata::data {
 

@@ -8,8 +8,8 @@
 
 #include <cstdint>
 
-#include "core/tensor.h"
-#include "data/dataset.h"
+#include <strata/core/tensor.h>
+#include <strata/data/dataset.h>
 
 namespace strata::data {
 

@@ -5,9 +5,9 @@
 #include <mutex>
 #include <thread>
 
-#include "core/error.h"
-#include "core/thread_pool.h"
-#include "data/dataset_node.h"
+#include <strata/core/error.h>
+#include <strata/core/thread_pool.h>
+#include <strata/data/dataset_node.h>
 
 namespace strata::data {
 

@@ -1,9 +1,9 @@
-#include "data/mnist.h"
+#include <strata/data/mnist.h>
 
 #include <filesystem>
 
-#include "core/error.h"
-#include "data/idx.h"
+#include <strata/core/error.h>
+#include <strata/data/idx.h>
 
 namespace strata::data {
 

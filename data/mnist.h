@@ -12,8 +12,8 @@
 #include <string>
 #include <utility>
 
-#include "data/dataset.h"
-#include "data/labeled_arrays.h"
+#include <strata/data/dataset.h>
+#include <strata/data/labeled_arrays.h>
 
 namespace strata::data {
 

@@ -12,8 +12,8 @@
 #include <deque>
 #include <unordered_map>
 
-#include "core/error.h"
-#include "data/dataset_node.h"
+#include <strata/core/error.h>
+#include <strata/data/dataset_node.h>
 
 namespace strata::data {
 

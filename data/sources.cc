@@ -2,8 +2,8 @@
 #include <algorithm>
 #include <limits>
 
-#include "core/error.h"
-#include "data/dataset_node.h"
+#include <strata/core/error.h>
+#include <strata/data/dataset_node.h>
 
 namespace strata::data {
 

@@ -1,10 +1,10 @@
-#include "data/synthetic.h"
+#include <strata/data/synthetic.h>
 
 #include <cmath>
 #include <numbers>
 
-#include "core/error.h"
-#include "data/dataset_node.h"
+#include <strata/core/error.h>
+#include <strata/data/dataset_node.h>
 
 namespace strata::data {
 

@@ -11,9 +11,9 @@
 
 #include <cstdint>
 
-#include "core/shape.h"
-#include "data/dataset.h"
-#include "data/labeled_arrays.h"
+#include <strata/core/shape.h>
+#include <strata/data/dataset.h>
+#include <strata/data/labeled_arrays.h>
 
 namespace strata::data {
 

@@ -3,9 +3,9 @@
 #include <cstring>
 #include <limits>
 
-#include "core/error.h"
-#include "core/ops.h"
-#include "data/dataset_node.h"
+#include <strata/core/error.h>
+#include <strata/core/ops.h>
+#include <strata/data/dataset_node.h>
 
 namespace strata::data {
 

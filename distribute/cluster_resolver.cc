@@ -1,11 +1,11 @@
-#include "distribute/cluster_resolver.h"
+#include <strata/distribute/cluster_resolver.h>
 
 #include <charconv>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "core/error.h"
+#include <strata/core/error.h>
 
 namespace strata::distribute {
 

@@ -1,10 +1,10 @@
-#include "distribute/cross_device_ops.h"
+#include <strata/distribute/cross_device_ops.h>
 
 #include <algorithm>
 #include <cctype>
 
-#include "autograd/tape.h"
-#include "core/ops.h"
+#include <strata/autograd/tape.h>
+#include <strata/core/ops.h>
 
 namespace strata::distribute {
 

@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "core/device.h"
-#include "core/tensor.h"
-#include "distribute/collective/communicator.h"
-#include "distribute/collective/in_process.h"
+#include <strata/core/device.h>
+#include <strata/core/tensor.h>
+#include <strata/distribute/collective/communicator.h>
+#include <strata/distribute/collective/in_process.h>
 
 namespace strata::distribute {
 

@@ -1,9 +1,9 @@
-#include "distribute/cross_worker.h"
+#include <strata/distribute/cross_worker.h>
 
 #include <algorithm>
 
-#include "autograd/tape.h"
-#include "core/ops.h"
+#include <strata/autograd/tape.h>
+#include <strata/core/ops.h>
 
 namespace strata::distribute {
 

@@ -12,9 +12,9 @@
 #include <optional>
 #include <vector>
 
-#include "core/tensor.h"
-#include "distribute/collective/communicator.h"
-#include "distribute/cross_device_ops.h"
+#include <strata/core/tensor.h>
+#include <strata/distribute/collective/communicator.h>
+#include <strata/distribute/cross_device_ops.h>
 
 namespace strata::distribute {
 

@@ -1,10 +1,10 @@
-#include "distribute/distributed_dataset.h"
+#include <strata/distribute/distributed_dataset.h>
 
 #include <algorithm>
 #include <deque>
 
-#include "core/ops.h"
-#include "distribute/strategy.h"
+#include <strata/core/ops.h>
+#include <strata/distribute/strategy.h>
 
 namespace strata::distribute {
 

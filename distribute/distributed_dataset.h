@@ -37,9 +37,9 @@
 #include <memory>
 #include <optional>
 
-#include "data/dataset.h"
-#include "distribute/input_options.h"
-#include "distribute/values.h"
+#include <strata/data/dataset.h>
+#include <strata/distribute/input_options.h>
+#include <strata/distribute/values.h>
 
 namespace strata::distribute {
 

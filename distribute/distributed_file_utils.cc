@@ -1,9 +1,9 @@
-#include "distribute/distributed_file_utils.h"
+#include <strata/distribute/distributed_file_utils.h>
 
 #include <string>
 #include <system_error>
 
-#include "distribute/strategy.h"
+#include <strata/distribute/strategy.h>
 
 namespace strata::distribute {
 

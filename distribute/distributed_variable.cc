@@ -1,11 +1,11 @@
-#include "distribute/distributed_variable.h"
+#include <strata/distribute/distributed_variable.h>
 
-#include "autograd/tape.h"
-#include "core/ops.h"
-#include "distribute/collective/in_process.h"
-#include "distribute/cross_worker.h"
-#include "distribute/local_replica_context.h"
-#include "distribute/strategy.h"
+#include <strata/autograd/tape.h>
+#include <strata/core/ops.h>
+#include <strata/distribute/collective/in_process.h>
+#include <strata/distribute/cross_worker.h>
+#include <strata/distribute/local_replica_context.h>
+#include <strata/distribute/strategy.h>
 
 namespace strata::distribute {
 

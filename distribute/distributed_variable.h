@@ -33,7 +33,7 @@
 #include <string>
 #include <vector>
 
-#include "autograd/variable.h"
+#include <strata/autograd/variable.h>
 
 namespace strata::distribute {
 

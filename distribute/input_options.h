@@ -3,7 +3,7 @@
 
 #include <cstdint>
 
-#include "data/input_context.h"
+#include <strata/data/input_context.h>
 
 namespace strata::distribute {
 

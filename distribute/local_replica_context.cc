@@ -1,11 +1,11 @@
-#include "distribute/local_replica_context.h"
+#include <strata/distribute/local_replica_context.h>
 
 #include <map>
 
-#include "autograd/tape.h"
-#include "core/ops.h"
-#include "distribute/cross_worker.h"
-#include "distribute/strategy.h"
+#include <strata/autograd/tape.h>
+#include <strata/core/ops.h>
+#include <strata/distribute/cross_worker.h>
+#include <strata/distribute/strategy.h>
 
 namespace strata::distribute {
 

@@ -5,8 +5,8 @@
 #include <memory>
 #include <string>
 
-#include "distribute/collective/in_process.h"
-#include "distribute/replica_context.h"
+#include <strata/distribute/collective/in_process.h>
+#include <strata/distribute/replica_context.h>
 
 namespace strata::distribute {
 

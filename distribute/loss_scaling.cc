@@ -1,8 +1,8 @@
-#include "distribute/loss_scaling.h"
+#include <strata/distribute/loss_scaling.h>
 
-#include "core/ops.h"
-#include "distribute/replica_context.h"
-#include "distribute/strategy.h"
+#include <strata/core/ops.h>
+#include <strata/distribute/replica_context.h>
+#include <strata/distribute/strategy.h>
 
 namespace strata::distribute {
 

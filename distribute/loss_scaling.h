@@ -5,7 +5,7 @@
 #include <optional>
 #include <vector>
 
-#include "core/tensor.h"
+#include <strata/core/tensor.h>
 
 namespace strata::distribute {
 

@@ -1,9 +1,9 @@
-#include "distribute/make_strategy.h"
+#include <strata/distribute/make_strategy.h>
 
 #include <algorithm>
 
-#include "distribute/cluster_resolver.h"
-#include "distribute/multi_worker_mirrored_strategy.h"
+#include <strata/distribute/cluster_resolver.h>
+#include <strata/distribute/multi_worker_mirrored_strategy.h>
 
 namespace strata::distribute {
 

@@ -16,10 +16,10 @@
 #include <string>
 #include <vector>
 
-#include "core/device.h"
-#include "distribute/collective/communicator.h"
-#include "distribute/cross_device_ops.h"
-#include "distribute/strategy.h"
+#include <strata/core/device.h>
+#include <strata/distribute/collective/communicator.h>
+#include <strata/distribute/cross_device_ops.h>
+#include <strata/distribute/strategy.h>
 
 namespace strata::distribute {
 

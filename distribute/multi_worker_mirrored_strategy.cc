@@ -1,16 +1,16 @@
-#include "distribute/multi_worker_mirrored_strategy.h"
+#include <strata/distribute/multi_worker_mirrored_strategy.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <thread>
 
-#include "autograd/tape.h"
-#include "core/ops.h"
-#include "core/thread_pool.h"
-#include "distribute/collective/gloo_communicator.h"
-#include "distribute/collective/tcp_store.h"
-#include "distribute/distributed_variable.h"
+#include <strata/autograd/tape.h>
+#include <strata/core/ops.h>
+#include <strata/core/thread_pool.h>
+#include <strata/distribute/collective/gloo_communicator.h>
+#include <strata/distribute/collective/tcp_store.h>
+#include <strata/distribute/distributed_variable.h>
 
 namespace strata::distribute {
 

@@ -34,8 +34,8 @@
 #include <memory>
 #include <vector>
 
-#include "distribute/cluster_resolver.h"
-#include "distribute/strategy.h"
+#include <strata/distribute/cluster_resolver.h>
+#include <strata/distribute/strategy.h>
 
 namespace strata::distribute {
 

@@ -19,9 +19,9 @@
 #include <functional>
 #include <vector>
 
-#include "core/device.h"
-#include "core/tensor.h"
-#include "distribute/collective/communicator.h"
+#include <strata/core/device.h>
+#include <strata/core/tensor.h>
+#include <strata/distribute/collective/communicator.h>
 
 namespace strata::distribute {
 

@@ -1,4 +1,4 @@
-#include "distribute/replica_threads.h"
+#include <strata/distribute/replica_threads.h>
 
 namespace strata::distribute {
 

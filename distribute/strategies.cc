@@ -1,7 +1,7 @@
 // The concrete single-process strategies: Default, OneDevice, Mirrored, CentralStorage.
-#include "core/allocator.h"
-#include "distribute/distributed_variable.h"
-#include "distribute/strategy.h"
+#include <strata/core/allocator.h>
+#include <strata/distribute/distributed_variable.h>
+#include <strata/distribute/strategy.h>
 
 namespace strata::distribute {
 

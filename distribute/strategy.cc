@@ -1,17 +1,17 @@
-#include "distribute/strategy.h"
+#include <strata/distribute/strategy.h>
 
 #include <algorithm>
 #include <thread>
 
-#include "autograd/tape.h"
-#include "core/ops.h"
-#include "core/thread_pool.h"
-#include "distribute/collective/in_process.h"
-#include "distribute/cross_worker.h"
-#include "distribute/distributed_dataset.h"
-#include "distribute/distributed_variable.h"
-#include "distribute/local_replica_context.h"
-#include "distribute/replica_threads.h"
+#include <strata/autograd/tape.h>
+#include <strata/core/ops.h>
+#include <strata/core/thread_pool.h>
+#include <strata/distribute/collective/in_process.h>
+#include <strata/distribute/cross_worker.h>
+#include <strata/distribute/distributed_dataset.h>
+#include <strata/distribute/distributed_variable.h>
+#include <strata/distribute/local_replica_context.h>
+#include <strata/distribute/replica_threads.h>
 
 namespace strata::distribute {
 

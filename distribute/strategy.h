@@ -30,17 +30,17 @@
 #include <type_traits>
 #include <vector>
 
-#include "autograd/variable.h"
-#include "core/tensor.h"
-#include "data/dataset.h"
-#include "data/input_context.h"
-#include "distribute/collective/communicator.h"
-#include "distribute/cross_device_ops.h"
-#include "distribute/distributed_dataset.h"
-#include "distribute/input_options.h"
-#include "distribute/local_replica_context.h"
-#include "distribute/replica_context.h"
-#include "distribute/values.h"
+#include <strata/autograd/variable.h>
+#include <strata/core/tensor.h>
+#include <strata/data/dataset.h>
+#include <strata/data/input_context.h>
+#include <strata/distribute/collective/communicator.h>
+#include <strata/distribute/cross_device_ops.h>
+#include <strata/distribute/distributed_dataset.h>
+#include <strata/distribute/input_options.h>
+#include <strata/distribute/local_replica_context.h>
+#include <strata/distribute/replica_context.h>
+#include <strata/distribute/values.h>
 
 namespace strata::distribute {
 

@@ -6,7 +6,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "core/error.h"
+#include <strata/core/error.h>
 
 namespace strata::distribute {
 

@@ -17,7 +17,7 @@
 #include <optional>
 #include <sstream>
 
-#include "strata.h"
+#include <strata/strata.h>
 
 using namespace strata;
 namespace fs = std::filesystem;

@@ -17,15 +17,15 @@
 
 #include <CLI/CLI.hpp>
 
-#include "autograd/autograd.h"
-#include "data/mnist.h"
-#include "data/synthetic.h"
-#include "train/adam.h"
-#include "train/checkpoint.h"
-#include "train/losses.h"
-#include "train/metrics.h"
-#include "train/nn/nn.h"
-#include "train/summary_writer.h"
+#include <strata/autograd/autograd.h>
+#include <strata/data/mnist.h>
+#include <strata/data/synthetic.h>
+#include <strata/train/adam.h>
+#include <strata/train/checkpoint.h>
+#include <strata/train/losses.h>
+#include <strata/train/metrics.h>
+#include <strata/train/nn/nn.h>
+#include <strata/train/summary_writer.h>
 
 using namespace strata;
 namespace fs = std::filesystem;

@@ -20,17 +20,17 @@
 
 #include <CLI/CLI.hpp>
 
-#include "autograd/autograd.h"
-#include "data/mnist.h"
-#include "distribute/distributed_dataset.h"
-#include "distribute/loss_scaling.h"
-#include "distribute/strategy.h"
-#include "train/adam.h"
-#include "train/loss_scale_optimizer.h"
-#include "train/losses.h"
-#include "train/metrics.h"
-#include "train/nn/nn.h"
-#include "train/policy.h"
+#include <strata/autograd/autograd.h>
+#include <strata/data/mnist.h>
+#include <strata/distribute/distributed_dataset.h>
+#include <strata/distribute/loss_scaling.h>
+#include <strata/distribute/strategy.h>
+#include <strata/train/adam.h>
+#include <strata/train/loss_scale_optimizer.h>
+#include <strata/train/losses.h>
+#include <strata/train/metrics.h>
+#include <strata/train/nn/nn.h>
+#include <strata/train/policy.h>
 
 using namespace strata;
 using Clock = std::chrono::steady_clock;

@@ -15,16 +15,16 @@
 
 #include <CLI/CLI.hpp>
 
-#include "autograd/autograd.h"
-#include "core/ops.h"
-#include "data/mnist.h"
-#include "distribute/distributed_file_utils.h"
-#include "distribute/loss_scaling.h"
-#include "distribute/multi_worker_mirrored_strategy.h"
-#include "train/adam.h"
-#include "train/checkpoint.h"
-#include "train/losses.h"
-#include "train/nn/nn.h"
+#include <strata/autograd/autograd.h>
+#include <strata/core/ops.h>
+#include <strata/data/mnist.h>
+#include <strata/distribute/distributed_file_utils.h>
+#include <strata/distribute/loss_scaling.h>
+#include <strata/distribute/multi_worker_mirrored_strategy.h>
+#include <strata/train/adam.h>
+#include <strata/train/checkpoint.h>
+#include <strata/train/losses.h>
+#include <strata/train/nn/nn.h>
 
 using namespace strata;
 

@@ -18,7 +18,7 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "strata.h"
+#include <strata/strata.h>
 
 using namespace strata;
 namespace fs = std::filesystem;

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "core/ops.h"
-#include "core/tensor.h"
+#include <strata/core/ops.h>
+#include <strata/core/tensor.h>
 #include "tests/test_paths.h"  // shared_dir(), source_dir(), bin_dir()
 
 namespace strata::testing {

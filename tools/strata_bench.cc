@@ -14,8 +14,8 @@
 
 #include "bench/bench.h"
 #include "bench/collectives_worker.h"
-#include "core/stream.h"
-#include "core/thread_pool.h"
+#include <strata/core/stream.h>
+#include <strata/core/thread_pool.h>
 
 using namespace strata;
 

@@ -10,8 +10,8 @@
 #include <CLI/CLI.hpp>
 #include <iostream>
 
-#include "autograd/autograd.h"
-#include "core/stream.h"
+#include <strata/autograd/autograd.h>
+#include <strata/core/stream.h>
 #include "tools/golden/golden_program.h"
 #include "tools/golden/golden_optimizer.h"
 

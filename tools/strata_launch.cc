@@ -38,7 +38,7 @@
 #include <string>
 #include <vector>
 
-#include "distribute/collective/tcp_store.h"
+#include <strata/distribute/collective/tcp_store.h>
 
 namespace {
 

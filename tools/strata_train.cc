@@ -8,7 +8,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "strata.h"
+#include <strata/strata.h>
 #include "tools/train/ps_train.h"
 
 using namespace strata;

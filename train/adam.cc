@@ -1,6 +1,6 @@
-#include "train/adam.h"
+#include <strata/train/adam.h>
 
-#include "core/ops.h"
+#include <strata/core/ops.h>
 
 namespace strata::optim {
 

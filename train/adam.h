@@ -7,7 +7,7 @@
 // with t the 1-based step. Slots: "m" and "v".
 #pragma once
 
-#include "train/optimizer.h"
+#include <strata/train/optimizer.h>
 
 namespace strata::optim {
 

@@ -1,4 +1,4 @@
-#include "train/atomic_file.h"
+#include <strata/train/atomic_file.h>
 
 #include <fcntl.h>
 #include <signal.h>
@@ -14,7 +14,7 @@
 #include <string>
 #include <system_error>
 
-#include "core/error.h"
+#include <strata/core/error.h>
 
 namespace strata::train {
 namespace fs = std::filesystem;

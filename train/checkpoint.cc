@@ -1,11 +1,11 @@
-#include "train/checkpoint.h"
+#include <strata/train/checkpoint.h>
 
 #include <set>
 #include <unordered_map>
 
-#include "autograd/tape.h"
-#include "core/error.h"
-#include "train/checkpoint_file.h"
+#include <strata/autograd/tape.h>
+#include <strata/core/error.h>
+#include <strata/train/checkpoint_file.h>
 
 namespace strata::train {
 

@@ -46,11 +46,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "autograd/variable.h"
-#include "data/dataset.h"
-#include "train/metrics.h"
-#include "train/nn/module.h"
-#include "train/optimizer.h"
+#include <strata/autograd/variable.h>
+#include <strata/data/dataset.h>
+#include <strata/train/metrics.h>
+#include <strata/train/nn/module.h>
+#include <strata/train/optimizer.h>
 
 namespace strata::train {
 

@@ -1,4 +1,4 @@
-#include "train/checkpoint_file.h"
+#include <strata/train/checkpoint_file.h>
 
 #include <algorithm>
 #include <bit>
@@ -7,8 +7,8 @@
 #include <system_error>
 #include <vector>
 
-#include "core/error.h"
-#include "train/crc32c.h"
+#include <strata/core/error.h>
+#include <strata/train/crc32c.h>
 
 namespace strata::train {
 namespace fs = std::filesystem;

@@ -28,8 +28,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/tensor.h"
-#include "train/atomic_file.h"
+#include <strata/core/tensor.h>
+#include <strata/train/atomic_file.h>
 
 namespace strata::train {
 

@@ -4,10 +4,10 @@
 #include <chrono>
 #include <system_error>
 
-#include "core/error.h"
-#include "train/atomic_file.h"
-#include "train/checkpoint.h"
-#include "train/checkpoint_file.h"
+#include <strata/core/error.h>
+#include <strata/train/atomic_file.h>
+#include <strata/train/checkpoint.h>
+#include <strata/train/checkpoint_file.h>
 
 namespace strata::train {
 

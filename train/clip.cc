@@ -1,11 +1,11 @@
-#include "train/clip.h"
+#include <strata/train/clip.h>
 
 #include <array>
 #include <cmath>
 #include <limits>
 
-#include "autograd/tape.h"
-#include "core/ops.h"
+#include <strata/autograd/tape.h>
+#include <strata/core/ops.h>
 
 namespace strata::optim {
 

@@ -3,7 +3,7 @@
 
 #include <vector>
 
-#include "core/tensor.h"
+#include <strata/core/tensor.h>
 
 namespace strata::optim {
 

@@ -1,4 +1,4 @@
-#include "train/controller.h"
+#include <strata/train/controller.h>
 
 #include <chrono>
 #include <cmath>
@@ -7,11 +7,11 @@
 #include <sstream>
 #include <thread>
 
-#include "autograd/tape.h"
-#include "core/ops.h"
-#include "train/checkpoint.h"
-#include "train/checkpoint_file.h"
-#include "train/summary_writer.h"
+#include <strata/autograd/tape.h>
+#include <strata/core/ops.h>
+#include <strata/train/checkpoint.h>
+#include <strata/train/checkpoint_file.h>
+#include <strata/train/summary_writer.h>
 
 namespace strata::train {
 

@@ -47,10 +47,10 @@
 #include <optional>
 #include <string>
 
-#include "autograd/variable.h"
-#include "distribute/strategy.h"
-#include "train/progress.h"
-#include "train/trainer.h"
+#include <strata/autograd/variable.h>
+#include <strata/distribute/strategy.h>
+#include <strata/train/progress.h>
+#include <strata/train/trainer.h>
 
 namespace strata::train {
 

@@ -1,9 +1,9 @@
-#include "train/crc32c.h"
+#include <strata/train/crc32c.h>
 
 #include <array>
 #include <cstring>
 
-#include "core/error.h"
+#include <strata/core/error.h>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <nmmintrin.h>

@@ -1,12 +1,12 @@
-#include "train/event_encoder.h"
+#include <strata/train/event_encoder.h>
 
 #include <cstring>
 
-#include "core/error.h"
+#include <strata/core/error.h>
 #include "strata_build_config.h"
 
 #if STRATA_HAS_PROTOBUF
-#include "train/event.pb.h"
+#include <strata/train/event.pb.h>
 #endif
 
 namespace strata::train::events {

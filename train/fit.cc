@@ -1,14 +1,14 @@
-#include "train/fit.h"
+#include <strata/train/fit.h>
 
 #include <filesystem>
 
-#include "autograd/tape.h"
-#include "core/ops.h"
-#include "distribute/distributed_variable.h"
-#include "distribute/loss_scaling.h"
-#include "train/checkpoint.h"
-#include "train/controller.h"
-#include "train/metrics.h"
+#include <strata/autograd/tape.h>
+#include <strata/core/ops.h>
+#include <strata/distribute/distributed_variable.h>
+#include <strata/distribute/loss_scaling.h>
+#include <strata/train/checkpoint.h>
+#include <strata/train/controller.h>
+#include <strata/train/metrics.h>
 
 namespace strata::train {
 

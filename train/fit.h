@@ -38,13 +38,13 @@
 #include <string>
 #include <vector>
 
-#include "data/dataset.h"
-#include "distribute/strategy.h"
-#include "train/losses.h"
-#include "train/nn/module.h"
-#include "train/optimizer.h"
-#include "train/progress.h"
-#include "train/trainer.h"
+#include <strata/data/dataset.h>
+#include <strata/distribute/strategy.h>
+#include <strata/train/losses.h>
+#include <strata/train/nn/module.h>
+#include <strata/train/optimizer.h>
+#include <strata/train/progress.h>
+#include <strata/train/trainer.h>
 
 namespace strata::train {
 

@@ -1,13 +1,13 @@
-#include "train/loss_scale_optimizer.h"
+#include <strata/train/loss_scale_optimizer.h>
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
-#include "autograd/tape.h"
-#include "core/ops.h"
-#include "distribute/replica_context.h"
-#include "distribute/strategy.h"
+#include <strata/autograd/tape.h>
+#include <strata/core/ops.h>
+#include <strata/distribute/replica_context.h>
+#include <strata/distribute/strategy.h>
 
 namespace strata::optim {
 

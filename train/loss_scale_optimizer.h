@@ -39,7 +39,7 @@
 #include <optional>
 #include <vector>
 
-#include "train/optimizer.h"
+#include <strata/train/optimizer.h>
 
 namespace strata::optim {
 

@@ -1,8 +1,8 @@
-#include "train/losses.h"
+#include <strata/train/losses.h>
 
 #include <vector>
 
-#include "core/ops.h"
+#include <strata/core/ops.h>
 
 namespace strata::losses {
 

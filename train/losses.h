@@ -19,7 +19,7 @@
 
 #include <string>
 
-#include "core/tensor.h"
+#include <strata/core/tensor.h>
 
 namespace strata::losses {
 

@@ -1,8 +1,8 @@
-#include "train/metrics.h"
+#include <strata/train/metrics.h>
 
-#include "autograd/tape.h"
-#include "core/ops.h"
-#include "distribute/distributed_variable.h"
+#include <strata/autograd/tape.h>
+#include <strata/core/ops.h>
+#include <strata/distribute/distributed_variable.h>
 
 namespace strata::metrics {
 

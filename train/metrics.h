@@ -16,8 +16,8 @@
 #include <utility>
 #include <vector>
 
-#include "autograd/variable.h"
-#include "core/tensor.h"
+#include <strata/autograd/variable.h>
+#include <strata/core/tensor.h>
 
 namespace strata::metrics {
 

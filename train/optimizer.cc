@@ -1,12 +1,12 @@
-#include "train/optimizer.h"
+#include <strata/train/optimizer.h>
 
 #include <unordered_set>
 
-#include "autograd/tape.h"
-#include "core/ops.h"
-#include "distribute/replica_context.h"
-#include "distribute/strategy.h"
-#include "train/clip.h"
+#include <strata/autograd/tape.h>
+#include <strata/core/ops.h>
+#include <strata/distribute/replica_context.h>
+#include <strata/distribute/strategy.h>
+#include <strata/train/clip.h>
 
 namespace strata::optim {
 

@@ -41,9 +41,9 @@
 #include <string>
 #include <vector>
 
-#include "autograd/variable.h"
-#include "core/tensor.h"
-#include "train/schedules.h"
+#include <strata/autograd/variable.h>
+#include <strata/core/tensor.h>
+#include <strata/train/schedules.h>
 
 namespace strata::optim {
 

@@ -1,9 +1,9 @@
-#include "train/optimizer_factory.h"
+#include <strata/train/optimizer_factory.h>
 
 #include <set>
 
-#include "train/adam.h"
-#include "train/sgd.h"
+#include <strata/train/adam.h>
+#include <strata/train/sgd.h>
 
 namespace strata::optim {
 

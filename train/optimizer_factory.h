@@ -15,8 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/tensor.h"
-#include "train/optimizer.h"
+#include <strata/core/tensor.h>
+#include <strata/train/optimizer.h>
 
 namespace strata::optim {
 

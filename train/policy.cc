@@ -1,9 +1,9 @@
-#include "train/policy.h"
+#include <strata/train/policy.h>
 
 #include <mutex>
 
-#include "core/error.h"
-#include "core/ops.h"
+#include <strata/core/error.h>
+#include <strata/core/ops.h>
 
 namespace strata::mixed_precision {
 

@@ -27,8 +27,8 @@
 
 #include <string>
 
-#include "core/dtype.h"
-#include "core/tensor.h"
+#include <strata/core/dtype.h>
+#include <strata/core/tensor.h>
 
 namespace strata::mixed_precision {
 

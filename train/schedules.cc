@@ -1,10 +1,10 @@
-#include "train/schedules.h"
+#include <strata/train/schedules.h>
 
 #include <algorithm>
 #include <cmath>
 #include <numbers>
 
-#include "core/error.h"
+#include <strata/core/error.h>
 
 namespace strata::optim {
 

@@ -1,6 +1,6 @@
-#include "train/sgd.h"
+#include <strata/train/sgd.h>
 
-#include "core/ops.h"
+#include <strata/core/ops.h>
 
 namespace strata::optim {
 

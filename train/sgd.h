@@ -5,7 +5,7 @@
 //   p -= lr * (nesterov ? g + momentum * b : b)     (p -= lr * g without momentum)
 #pragma once
 
-#include "train/optimizer.h"
+#include <strata/train/optimizer.h>
 
 namespace strata::optim {
 

@@ -1,4 +1,4 @@
-#include "train/summary_writer.h"
+#include <strata/train/summary_writer.h>
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -18,9 +18,9 @@
 #include <thread>
 #include <vector>
 
-#include "core/error.h"
-#include "train/crc32c.h"
-#include "train/event_encoder.h"
+#include <strata/core/error.h>
+#include <strata/train/crc32c.h>
+#include <strata/train/event_encoder.h>
 
 namespace strata::train {
 namespace fs = std::filesystem;

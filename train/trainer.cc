@@ -1,7 +1,7 @@
-#include "train/trainer.h"
+#include <strata/train/trainer.h>
 
-#include "autograd/tape.h"
-#include "core/ops.h"
+#include <strata/autograd/tape.h>
+#include <strata/core/ops.h>
 
 namespace strata::train {
 

@@ -35,10 +35,10 @@
 #include <optional>
 #include <string>
 
-#include "autograd/variable.h"
-#include "distribute/distributed_dataset.h"
-#include "distribute/strategy.h"
-#include "train/checkpoint.h"
+#include <strata/autograd/variable.h>
+#include <strata/distribute/distributed_dataset.h>
+#include <strata/distribute/strategy.h>
+#include <strata/train/checkpoint.h>
 
 namespace strata::train {
 

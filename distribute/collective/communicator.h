@@ -10,7 +10,7 @@
 #include <memory>
 #include <string>
 
-#include "core/tensor.h"
+#include <strata/core/tensor.h>
 
 namespace strata::distribute {
 

@@ -1,7 +1,7 @@
-#include "distribute/collective/gloo_communicator.h"
+#include <strata/distribute/collective/gloo_communicator.h>
 
-#include "core/error.h"
-#include "distribute/collective/tcp_store.h"
+#include <strata/core/error.h>
+#include <strata/distribute/collective/tcp_store.h>
 
 #ifdef STRATA_HAS_GLOO
 #include <gloo/allgather.h>

@@ -25,7 +25,7 @@
 #include <memory>
 #include <string>
 
-#include "distribute/collective/communicator.h"
+#include <strata/distribute/collective/communicator.h>
 
 namespace gloo {
 class Context;

@@ -1,12 +1,12 @@
-#include "distribute/collective/in_process.h"
+#include <strata/distribute/collective/in_process.h>
 
 #include <algorithm>
 #include <chrono>
 #include <sstream>
 #include <thread>
 
-#include "autograd/tape.h"
-#include "core/ops.h"
+#include <strata/autograd/tape.h>
+#include <strata/core/ops.h>
 
 namespace strata::distribute {
 

@@ -27,7 +27,7 @@
 #include <string>
 #include <vector>
 
-#include "distribute/collective/communicator.h"
+#include <strata/distribute/collective/communicator.h>
 
 namespace strata::distribute {
 

@@ -1,4 +1,4 @@
-#include "distribute/collective/tcp_store.h"
+#include <strata/distribute/collective/tcp_store.h>
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -18,7 +18,7 @@
 #include <optional>
 #include <sstream>
 
-#include "core/error.h"
+#include <strata/core/error.h>
 
 namespace strata::distribute {
 

@@ -1,13 +1,13 @@
-#include "distribute/ps/cluster_coordinator.h"
+#include <strata/distribute/ps/cluster_coordinator.h>
 
 #include <algorithm>
 #include <iostream>
 #include <random>
 #include <sstream>
 
-#include "distribute/ps/protocol.h"
-#include "distribute/ps/rpc.h"
-#include "distribute/ps/task_label.h"
+#include <strata/distribute/ps/protocol.h>
+#include <strata/distribute/ps/rpc.h>
+#include <strata/distribute/ps/task_label.h>
 
 namespace strata::distribute {
 

@@ -50,11 +50,11 @@
 #include <variant>
 #include <vector>
 
-#include "core/tensor.h"
-#include "data/dataset.h"
-#include "data/input_context.h"
-#include "distribute/ps/parameter_server_strategy.h"
-#include "distribute/ps/server_options.h"
+#include <strata/core/tensor.h>
+#include <strata/data/dataset.h>
+#include <strata/data/input_context.h>
+#include <strata/distribute/ps/parameter_server_strategy.h>
+#include <strata/distribute/ps/server_options.h>
 
 namespace strata::distribute {
 

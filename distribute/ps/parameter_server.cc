@@ -1,14 +1,14 @@
-#include "distribute/ps/parameter_server.h"
+#include <strata/distribute/ps/parameter_server.h>
 
 #include <iostream>
 #include <mutex>
 #include <random>
 #include <unordered_map>
 
-#include "core/ops.h"
-#include "distribute/ps/protocol.h"
-#include "distribute/ps/rpc.h"
-#include "distribute/ps/task_label.h"
+#include <strata/core/ops.h>
+#include <strata/distribute/ps/protocol.h>
+#include <strata/distribute/ps/rpc.h>
+#include <strata/distribute/ps/task_label.h>
 
 namespace strata::distribute {
 

@@ -25,10 +25,10 @@
 #include <string>
 #include <utility>
 
-#include "core/dtype.h"
-#include "core/shape.h"
-#include "distribute/cluster_resolver.h"
-#include "distribute/ps/server_options.h"
+#include <strata/core/dtype.h>
+#include <strata/core/shape.h>
+#include <strata/distribute/cluster_resolver.h>
+#include <strata/distribute/ps/server_options.h>
 
 namespace strata::distribute {
 

@@ -1,12 +1,12 @@
-#include "distribute/ps/parameter_server_strategy.h"
+#include <strata/distribute/ps/parameter_server_strategy.h>
 
 #include <chrono>
 #include <map>
 #include <thread>
 
-#include "autograd/tape.h"
-#include "core/ops.h"
-#include "distribute/ps/protocol.h"
+#include <strata/autograd/tape.h>
+#include <strata/core/ops.h>
+#include <strata/distribute/ps/protocol.h>
 
 namespace strata::distribute {
 

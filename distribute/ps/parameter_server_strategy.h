@@ -38,11 +38,11 @@
 #include <string>
 #include <vector>
 
-#include "distribute/cluster_resolver.h"
-#include "distribute/ps/partitioners.h"
-#include "distribute/ps/ps_variable.h"
-#include "distribute/ps/variable_client.h"
-#include "distribute/strategy.h"
+#include <strata/distribute/cluster_resolver.h>
+#include <strata/distribute/ps/partitioners.h>
+#include <strata/distribute/ps/ps_variable.h>
+#include <strata/distribute/ps/variable_client.h>
+#include <strata/distribute/strategy.h>
 
 namespace strata::distribute {
 

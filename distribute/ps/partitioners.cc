@@ -1,9 +1,9 @@
-#include "distribute/ps/partitioners.h"
+#include <strata/distribute/ps/partitioners.h>
 
 #include <algorithm>
 #include <cmath>
 
-#include "core/error.h"
+#include <strata/core/error.h>
 
 namespace strata::distribute {
 

@@ -17,8 +17,8 @@
 #include <optional>
 #include <vector>
 
-#include "core/dtype.h"
-#include "core/shape.h"
+#include <strata/core/dtype.h>
+#include <strata/core/shape.h>
 
 namespace strata::distribute {
 

@@ -1,11 +1,11 @@
-#include "distribute/ps/ps_variable.h"
+#include <strata/distribute/ps/ps_variable.h>
 
 #include <cstring>
 
-#include "autograd/tape.h"
-#include "core/ops.h"
-#include "distribute/ps/parameter_server_strategy.h"
-#include "distribute/ps/protocol.h"
+#include <strata/autograd/tape.h>
+#include <strata/core/ops.h>
+#include <strata/distribute/ps/parameter_server_strategy.h>
+#include <strata/distribute/ps/protocol.h>
 
 namespace strata::distribute {
 

@@ -29,7 +29,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "autograd/variable.h"
+#include <strata/autograd/variable.h>
 
 namespace strata::distribute {
 

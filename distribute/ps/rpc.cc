@@ -1,10 +1,10 @@
-#include "distribute/ps/rpc.h"
+#include <strata/distribute/ps/rpc.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstring>
 
-#include "distribute/cluster_resolver.h"
+#include <strata/distribute/cluster_resolver.h>
 
 #ifdef STRATA_HAS_ZMQ
 #include <sys/eventfd.h>

@@ -21,8 +21,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/error.h"
-#include "core/tensor.h"
+#include <strata/core/error.h>
+#include <strata/core/tensor.h>
 
 namespace strata::distribute::ps {
 

@@ -1,8 +1,8 @@
-#include "distribute/ps/server_options.h"
+#include <strata/distribute/ps/server_options.h>
 
 #include <sstream>
 
-#include "core/error.h"
+#include <strata/core/error.h>
 
 namespace strata::distribute::ps {
 

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "distribute/cluster_resolver.h"
+#include <strata/distribute/cluster_resolver.h>
 
 namespace strata::distribute::ps {
 

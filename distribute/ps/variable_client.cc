@@ -1,10 +1,10 @@
-#include "distribute/ps/variable_client.h"
+#include <strata/distribute/ps/variable_client.h>
 
 #include <atomic>
 
-#include "distribute/ps/protocol.h"
-#include "distribute/ps/rpc.h"
-#include "distribute/ps/task_label.h"
+#include <strata/distribute/ps/protocol.h>
+#include <strata/distribute/ps/rpc.h>
+#include <strata/distribute/ps/task_label.h>
 
 namespace strata::distribute {
 

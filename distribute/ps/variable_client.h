@@ -17,8 +17,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/tensor.h"
-#include "distribute/cluster_resolver.h"
+#include <strata/core/tensor.h>
+#include <strata/distribute/cluster_resolver.h>
 
 namespace strata::distribute {
 

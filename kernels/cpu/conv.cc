@@ -7,10 +7,10 @@
 #include <memory>
 #include <vector>
 
-#include "core/dispatch.h"
-#include "core/ops.h"
-#include "kernels/cpu/gemm.h"
-#include "kernels/cpu/loops.h"
+#include <strata/core/dispatch.h>
+#include <strata/core/ops.h>
+#include <strata/kernels/cpu/gemm.h>
+#include <strata/kernels/cpu/loops.h>
 
 namespace strata::cpu_kernels {
 

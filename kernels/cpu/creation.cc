@@ -3,8 +3,8 @@
 // Tensor::from_vector rounds (convert<T>), split across the intra-op pool.
 #include <cmath>
 
-#include "core/philox.h"
-#include "kernels/cpu/loops.h"
+#include <strata/core/philox.h>
+#include <strata/kernels/cpu/loops.h>
 
 namespace strata::cpu_kernels {
 

@@ -8,8 +8,8 @@
 #include <unsupported/Eigen/SpecialFunctions>
 #include <limits>
 
-#include "core/dispatch.h"
-#include "kernels/cpu/loops.h"
+#include <strata/core/dispatch.h>
+#include <strata/kernels/cpu/loops.h>
 
 namespace strata::cpu_kernels {
 

@@ -1,5 +1,5 @@
 // The CPU GEMM (kernels/cpu/gemm.h): OpenBLAS or, in builds without it, Eigen's own product.
-#include "kernels/cpu/gemm.h"
+#include <strata/kernels/cpu/gemm.h>
 
 #include "strata_build_config.h"
 

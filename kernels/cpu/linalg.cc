@@ -5,9 +5,9 @@
 // transpose flag flipped); others are copied once.
 #include <cstring>
 
-#include "core/dispatch.h"
-#include "kernels/cpu/gemm.h"
-#include "kernels/cpu/loops.h"
+#include <strata/core/dispatch.h>
+#include <strata/kernels/cpu/gemm.h>
+#include <strata/kernels/cpu/loops.h>
 
 namespace strata::cpu_kernels {
 

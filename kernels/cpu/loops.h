@@ -10,10 +10,10 @@
 #include <type_traits>
 #include <vector>
 
-#include "core/half.h"
-#include "core/tensor.h"
-#include "core/dispatch.h"
-#include "core/thread_pool.h"
+#include <strata/core/half.h>
+#include <strata/core/tensor.h>
+#include <strata/core/dispatch.h>
+#include <strata/core/thread_pool.h>
 
 namespace strata::cpu_kernels {
 

@@ -2,9 +2,9 @@
 // subtract the row maximum first, so large logits never overflow.
 #include <cmath>
 
-#include "core/data_error.h"
-#include "core/dispatch.h"
-#include "kernels/cpu/loops.h"
+#include <strata/core/data_error.h>
+#include <strata/core/dispatch.h>
+#include <strata/kernels/cpu/loops.h>
 
 namespace strata::cpu_kernels {
 

@@ -15,8 +15,8 @@
 #include <cmath>
 #include <cstring>
 
-#include "core/dispatch.h"
-#include "kernels/cpu/loops.h"
+#include <strata/core/dispatch.h>
+#include <strata/kernels/cpu/loops.h>
 
 namespace strata::cpu_kernels {
 

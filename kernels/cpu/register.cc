@@ -1,7 +1,7 @@
 // register_cpu_kernels(): the one place that lists the CPU kernel families. The CPU is
 // the host backend, compiled into strata_core; core/dispatch.cc runs this before any
 // other backend's registration.
-#include "core/dispatch.h"
+#include <strata/core/dispatch.h>
 
 namespace strata {
 namespace cpu_kernels {

@@ -1,9 +1,9 @@
 // CPU kernels of the copying shape ops: concat, pad, gather, scatter_add and one_hot.
 #include <cstring>
 
-#include "core/data_error.h"
-#include "core/dispatch.h"
-#include "kernels/cpu/loops.h"
+#include <strata/core/data_error.h>
+#include <strata/core/dispatch.h>
+#include <strata/kernels/cpu/loops.h>
 
 namespace strata::cpu_kernels {
 

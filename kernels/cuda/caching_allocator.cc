@@ -1,11 +1,11 @@
-#include "kernels/cuda/caching_allocator.h"
+#include <strata/kernels/cuda/caching_allocator.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <string>
 #include <tuple>
 
-#include "core/error.h"
+#include <strata/core/error.h>
 
 namespace strata::cuda_backend {
 

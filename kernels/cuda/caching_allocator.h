@@ -31,9 +31,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/allocator.h"
-#include "core/device.h"
-#include "core/stream.h"
+#include <strata/core/allocator.h>
+#include <strata/core/device.h>
+#include <strata/core/stream.h>
 
 namespace strata::cuda_backend {
 

@@ -18,10 +18,10 @@
 #include <cstring>
 #include <type_traits>
 
-#include "core/dispatch.h"
-#include "core/error.h"
-#include "core/tensor.h"
-#include "kernels/cuda/launch.h"
+#include <strata/core/dispatch.h>
+#include <strata/core/error.h>
+#include <strata/core/tensor.h>
+#include <strata/kernels/cuda/launch.h>
 
 // Functions both host launchers and kernels call (conversions of scalar attributes).
 #define STRATA_CUDA_HD __host__ __device__ __forceinline__

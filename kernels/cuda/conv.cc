@@ -47,14 +47,14 @@
 #include <mutex>
 #include <vector>
 
-#include "core/dispatch.h"
-#include "core/error.h"
-#include "core/ops.h"
-#include "core/tensor.h"
-#include "kernels/cuda/check.h"
-#include "kernels/cuda/launch.h"
-#include "kernels/cuda/library.h"
-#include "kernels/cuda/settings.h"
+#include <strata/core/dispatch.h>
+#include <strata/core/error.h>
+#include <strata/core/ops.h>
+#include <strata/core/tensor.h>
+#include <strata/kernels/cuda/check.h>
+#include <strata/kernels/cuda/launch.h>
+#include <strata/kernels/cuda/library.h>
+#include <strata/kernels/cuda/settings.h>
 
 namespace strata::cuda_kernels {
 

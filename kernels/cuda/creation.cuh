@@ -5,8 +5,8 @@
 // not contracted into fused multiply-adds -- creation.cu is compiled with --fmad=false.
 #pragma once
 
-#include "core/philox.h"
-#include "kernels/cuda/common.cuh"
+#include <strata/core/philox.h>
+#include <strata/kernels/cuda/common.cuh>
 
 namespace strata::cuda_kernels {
 

@@ -1,7 +1,7 @@
 // The elementwise family on CUDA: unary, binary, where, cast and copy (bodies and
 // launchers in elementwise.cuh, shared with the emulation tests).
-#include "kernels/cuda/elementwise.cuh"
-#include "kernels/cuda/runtime.h"
+#include <strata/kernels/cuda/elementwise.cuh>
+#include <strata/kernels/cuda/runtime.h>
 
 namespace strata::cuda_kernels {
 void register_cuda_elementwise() { register_elementwise_kernels(); }

@@ -9,7 +9,7 @@
 // exactly for the exactly rounded ops and within a few ulp for transcendentals.
 #pragma once
 
-#include "kernels/cuda/common.cuh"
+#include <strata/kernels/cuda/common.cuh>
 
 namespace strata::cuda_kernels {
 

@@ -14,8 +14,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/data_error.h"
-#include "core/stream.h"
+#include <strata/core/data_error.h>
+#include <strata/core/stream.h>
 
 #if defined(STRATA_CUDA_EMULATION)
 #include "cuda_emu.h"  // tests/cuda_emulation, on the emulation target's include path
@@ -24,7 +24,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include "kernels/cuda/check.h"
+#include <strata/kernels/cuda/check.h>
 #endif
 
 namespace strata::cuda_backend {

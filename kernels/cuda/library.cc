@@ -1,17 +1,17 @@
 // Helpers of the library-backed kernels (kernels/cuda/library.h) and the backend's
 // numerical settings (kernels/cuda/settings.h).
-#include "kernels/cuda/library.h"
+#include <strata/kernels/cuda/library.h>
 
 #include <cuda_runtime_api.h>
 
 #include <atomic>
 
-#include "core/allocator.h"
-#include "core/dispatch.h"
-#include "core/error.h"
-#include "kernels/cuda/check.h"
-#include "kernels/cuda/launch.h"
-#include "kernels/cuda/settings.h"
+#include <strata/core/allocator.h>
+#include <strata/core/dispatch.h>
+#include <strata/core/error.h>
+#include <strata/kernels/cuda/check.h>
+#include <strata/kernels/cuda/launch.h>
+#include <strata/kernels/cuda/settings.h>
 
 namespace strata::backends::cuda {
 

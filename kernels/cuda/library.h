@@ -9,9 +9,9 @@
 #include <mutex>
 #include <vector>
 
-#include "core/device.h"
-#include "core/stream.h"
-#include "core/tensor.h"
+#include <strata/core/device.h>
+#include <strata/core/stream.h>
+#include <strata/core/tensor.h>
 
 namespace strata::cuda_backend {
 

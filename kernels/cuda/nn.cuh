@@ -16,7 +16,7 @@
 // raises the CPU's message. The loss of a row with a bad label is NaN.
 #pragma once
 
-#include "kernels/cuda/reduce.cuh"
+#include <strata/kernels/cuda/reduce.cuh>
 
 namespace strata::cuda_kernels {
 

@@ -20,7 +20,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/cuda/common.cuh"
+#include <strata/kernels/cuda/common.cuh>
 
 namespace strata::cuda_kernels {
 

@@ -25,8 +25,8 @@
 // (-ffp-contract=off), so `acc += dy * inv` rounds twice on both sides.
 #pragma once
 
-#include "core/ops.h"
-#include "kernels/cuda/common.cuh"
+#include <strata/core/ops.h>
+#include <strata/kernels/cuda/common.cuh>
 
 namespace strata::cuda_kernels {
 

@@ -1,5 +1,5 @@
 // The CUDA runtime layer (kernels/cuda/runtime.h) and the backend's registration.
-#include "kernels/cuda/runtime.h"
+#include <strata/kernels/cuda/runtime.h>
 
 #include <cuda_runtime.h>
 
@@ -11,12 +11,12 @@
 #include <mutex>
 #include <vector>
 
-#include "core/data_error.h"
-#include "core/dispatch.h"
-#include "core/error.h"
-#include "core/tensor.h"
-#include "kernels/cuda/check.h"
-#include "kernels/cuda/launch.h"
+#include <strata/core/data_error.h>
+#include <strata/core/dispatch.h>
+#include <strata/core/error.h>
+#include <strata/core/tensor.h>
+#include <strata/kernels/cuda/check.h>
+#include <strata/kernels/cuda/launch.h>
 
 namespace strata::cuda_backend {
 

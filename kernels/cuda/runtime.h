@@ -12,9 +12,9 @@
 #include <cstdint>
 #include <string>
 
-#include "core/device.h"
-#include "core/stream.h"
-#include "kernels/cuda/caching_allocator.h"
+#include <strata/core/device.h>
+#include <strata/core/stream.h>
+#include <strata/kernels/cuda/caching_allocator.h>
 
 namespace strata::cuda_backend {
 

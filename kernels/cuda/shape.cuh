@@ -25,7 +25,7 @@
 
 #include <algorithm>
 
-#include "kernels/cuda/common.cuh"
+#include <strata/kernels/cuda/common.cuh>
 
 namespace strata::cuda_kernels {
 

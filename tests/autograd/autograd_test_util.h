@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "autograd/autograd.h"
-#include "core/ops.h"
-#include "core/random.h"
+#include <strata/autograd/autograd.h>
+#include <strata/core/ops.h>
+#include <strata/core/random.h>
 #include "tests/test_util.h"
 
 namespace strata::testing {

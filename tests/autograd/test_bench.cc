@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <ctime>
 
-#include "core/dispatch.h"
-#include "core/recorder.h"
+#include <strata/core/dispatch.h>
+#include <strata/core/recorder.h>
 #include "tests/autograd/autograd_test_util.h"
 
 using namespace strata;

@@ -1,6 +1,6 @@
 // Long tape + gradient loops keep the CPU allocator's live bytes flat: a tape frees what
 // it saved once gradient() ran (or when it dies), and nothing accumulates across steps.
-#include "core/allocator.h"
+#include <strata/core/allocator.h>
 #include "tests/autograd/autograd_test_util.h"
 
 using namespace strata;

@@ -7,8 +7,8 @@
 #include <cmath>
 #include <sstream>
 
-#include "autograd/autograd.h"
-#include "core/ops.h"
+#include <strata/autograd/autograd.h>
+#include <strata/core/ops.h>
 #include "tests/op_info/op_info.h"
 #include "tests/op_info/recorded_ops.h"
 #include "tests/test_util.h"

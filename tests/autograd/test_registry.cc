@@ -1,7 +1,7 @@
 // Every op has a CPU kernel (views and custom gradients need none) and a gradient or an
 // explicit "not differentiable" mark.
-#include "autograd/autograd.h"
-#include "core/dispatch.h"
+#include <strata/autograd/autograd.h>
+#include <strata/core/dispatch.h>
 #include "tests/autograd/autograd_test_util.h"
 
 using namespace strata;

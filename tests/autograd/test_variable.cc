@@ -1,5 +1,5 @@
 // Variable: in-place updates, shape checks, creator scopes.
-#include "autograd/autograd.h"
+#include <strata/autograd/autograd.h>
 #include "tests/autograd/autograd_test_util.h"
 
 using namespace strata;

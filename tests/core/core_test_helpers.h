@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "core/ops.h"
-#include "core/random.h"
-#include "core/tensor.h"
-#include "core/thread_pool.h"
+#include <strata/core/ops.h>
+#include <strata/core/random.h>
+#include <strata/core/tensor.h>
+#include <strata/core/thread_pool.h>
 #include "tests/test_util.h"
 
 namespace strata::testing {

@@ -4,9 +4,9 @@
 // device and registry paths.
 #include <functional>
 
-#include "core/allocator.h"
-#include "core/dispatch.h"
-#include "core/op_id.h"
+#include <strata/core/allocator.h>
+#include <strata/core/dispatch.h>
+#include <strata/core/op_id.h>
 #include "tests/core/core_test_helpers.h"
 
 using namespace strata;

@@ -6,11 +6,11 @@
 #include <mutex>
 #include <thread>
 
-#include "core/allocator.h"
-#include "core/data_error.h"
-#include "core/dispatch.h"
-#include "core/random.h"
-#include "core/stream.h"
+#include <strata/core/allocator.h>
+#include <strata/core/data_error.h>
+#include <strata/core/dispatch.h>
+#include <strata/core/random.h>
+#include <strata/core/stream.h>
 #include "tests/core/core_test_helpers.h"
 
 using namespace strata;

@@ -3,8 +3,8 @@
 #include <set>
 #include <sstream>
 
-#include "core/allocator.h"
-#include "core/device.h"
+#include <strata/core/allocator.h>
+#include <strata/core/device.h>
 #include "tests/core/core_test_helpers.h"
 
 using namespace strata;

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "core/dispatch.h"
-#include "core/op_id.h"
-#include "core/tensor.h"
+#include <strata/core/dispatch.h>
+#include <strata/core/op_id.h>
+#include <strata/core/tensor.h>
 #include "tests/op_info/op_info.h"
 
 namespace strata::cuda_testing {

@@ -15,10 +15,10 @@
 #include <tuple>
 #include <vector>
 
-#include "core/ops.h"
-#include "core/random.h"
-#include "core/stream.h"
-#include "kernels/cuda/settings.h"
+#include <strata/core/ops.h>
+#include <strata/core/random.h>
+#include <strata/core/stream.h>
+#include <strata/kernels/cuda/settings.h>
 #include "tests/cuda/parity.h"
 
 using namespace strata;

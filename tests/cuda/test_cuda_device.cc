@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "core/ops.h"
-#include "core/random.h"
-#include "core/stream.h"
-#include "kernels/cuda/runtime.h"
+#include <strata/core/ops.h>
+#include <strata/core/random.h>
+#include <strata/core/stream.h>
+#include <strata/kernels/cuda/runtime.h>
 #include "tests/cuda/parity.h"
 
 using namespace strata;

@@ -8,10 +8,10 @@
 #include <cstring>
 #include <string>
 
-#include "core/dispatch.h"
-#include "core/error.h"
-#include "core/ops.h"
-#include "kernels/cuda/runtime.h"
+#include <strata/core/dispatch.h>
+#include <strata/core/error.h>
+#include <strata/core/ops.h>
+#include <strata/kernels/cuda/runtime.h>
 
 namespace {
 

@@ -1,5 +1,5 @@
 // Test-only kernels of the GPU tests (nvcc).
-#include "core/tensor.h"
+#include <strata/core/tensor.h>
 #include "tests/cuda/test_kernels.cuh"
 
 namespace strata::cuda_testing {

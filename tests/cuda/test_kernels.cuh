@@ -3,7 +3,7 @@
 // cross-entropy kernel exists.
 #pragma once
 
-#include "kernels/cuda/launch.h"
+#include <strata/kernels/cuda/launch.h>
 
 namespace strata::cuda_testing {
 

@@ -1,5 +1,5 @@
 // The nn kernel family compiled by g++ against cuda_emu.h (see emulated_kernels.cc).
-#include "kernels/cuda/nn.cuh"
+#include <strata/kernels/cuda/nn.cuh>
 
 namespace strata::cuda_emulation {
 void register_emulated_nn() { cuda_kernels::register_nn_kernels(); }

@@ -16,10 +16,10 @@
 #include <cstring>
 #include <mutex>
 
-#include "core/dispatch.h"
-#include "core/error.h"
-#include "kernels/cuda/caching_allocator.h"
-#include "kernels/cuda/launch.h"
+#include <strata/core/dispatch.h>
+#include <strata/core/error.h>
+#include <strata/kernels/cuda/caching_allocator.h>
+#include <strata/kernels/cuda/launch.h>
 
 namespace strata::cuda_backend {
 

@@ -3,7 +3,7 @@
 
 #include <cstdint>
 
-#include "kernels/cuda/caching_allocator.h"
+#include <strata/kernels/cuda/caching_allocator.h>
 
 namespace strata::cuda_emulation {
 

@@ -4,8 +4,8 @@
 
 #include <string>
 
-#include "core/error.h"
-#include "core/stream.h"
+#include <strata/core/error.h>
+#include <strata/core/stream.h>
 
 namespace strata::cuda_testing {
 

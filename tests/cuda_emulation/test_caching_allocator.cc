@@ -9,8 +9,8 @@
 #include <thread>
 #include <vector>
 
-#include "core/error.h"
-#include "kernels/cuda/caching_allocator.h"
+#include <strata/core/error.h>
+#include <strata/kernels/cuda/caching_allocator.h>
 
 using namespace strata;
 using strata::cuda_backend::CachingAllocator;

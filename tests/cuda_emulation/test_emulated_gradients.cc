@@ -17,10 +17,10 @@
 #include <string>
 #include <vector>
 
-#include "autograd/tape.h"
-#include "core/ops.h"
-#include "core/random.h"
-#include "core/stream.h"
+#include <strata/autograd/tape.h>
+#include <strata/core/ops.h>
+#include <strata/core/random.h>
+#include <strata/core/stream.h>
 #include "tests/cuda/parity.h"
 #include "tests/cuda_emulation/emulated_runtime.h"
 #include "tests/op_info/op_info.h"

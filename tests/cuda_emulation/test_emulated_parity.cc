@@ -8,10 +8,10 @@
 #include <iostream>
 #include <thread>
 
-#include "core/ops.h"
-#include "core/random.h"
-#include "core/stream.h"
-#include "kernels/cuda/common.cuh"
+#include <strata/core/ops.h>
+#include <strata/core/random.h>
+#include <strata/core/stream.h>
+#include <strata/kernels/cuda/common.cuh>
 #include "tests/cuda/parity.h"
 #include "tests/cuda/test_kernels.cuh"
 #include "tests/cuda_emulation/emulated_runtime.h"

@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "core/ops.h"
-#include "core/random.h"
+#include <strata/core/ops.h>
+#include <strata/core/random.h>
 #include "tests/cuda/parity.h"
 #include "tests/cuda_emulation/emulated_runtime.h"
 

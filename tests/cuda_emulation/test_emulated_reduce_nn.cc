@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "core/ops.h"
-#include "core/random.h"
-#include "core/stream.h"
+#include <strata/core/ops.h>
+#include <strata/core/random.h>
+#include <strata/core/stream.h>
 #include "tests/cuda/parity.h"
 #include "tests/cuda_emulation/emulated_runtime.h"
 #include "tests/cuda_emulation/error_capture.h"

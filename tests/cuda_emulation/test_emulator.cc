@@ -5,7 +5,7 @@
 #include <numeric>
 #include <vector>
 
-#include "kernels/cuda/launch.h"
+#include <strata/kernels/cuda/launch.h>
 
 namespace {
 

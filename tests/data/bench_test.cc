@@ -6,8 +6,8 @@
 #include <numeric>
 #include <random>
 
-#include "data/mnist.h"
-#include "data/synthetic.h"
+#include <strata/data/mnist.h>
+#include <strata/data/synthetic.h>
 #include "tests/data/data_test_util.h"
 
 using namespace strata;

@@ -9,7 +9,7 @@
 #include <unistd.h>
 #include <vector>
 
-#include "data/dataset.h"
+#include <strata/data/dataset.h>
 #include "tests/test_util.h"
 
 namespace strata::testing {

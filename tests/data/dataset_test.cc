@@ -5,9 +5,9 @@
 #include <set>
 #include <thread>
 
-#include "core/ops.h"
-#include "data/dataset.h"
-#include "data/input_context.h"
+#include <strata/core/ops.h>
+#include <strata/data/dataset.h>
+#include <strata/data/input_context.h>
 #include "tests/data/data_test_util.h"
 
 using namespace strata;

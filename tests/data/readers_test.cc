@@ -6,12 +6,12 @@
 #include <map>
 #include <set>
 
-#include "data/binary_records.h"
-#include "data/csv.h"
-#include "data/file_io.h"
-#include "data/idx.h"
-#include "data/mnist.h"
-#include "data/synthetic.h"
+#include <strata/data/binary_records.h>
+#include <strata/data/csv.h>
+#include <strata/data/file_io.h>
+#include <strata/data/idx.h>
+#include <strata/data/mnist.h>
+#include <strata/data/synthetic.h>
 #include "tests/data/data_test_util.h"
 
 using namespace strata;

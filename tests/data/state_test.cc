@@ -1,8 +1,8 @@
 // Iterator save/restore: a restored iterator yields exactly the remaining sequence.
 #include <functional>
 
-#include "core/ops.h"
-#include "data/dataset.h"
+#include <strata/core/ops.h>
+#include <strata/data/dataset.h>
 #include "tests/data/data_test_util.h"
 
 using namespace strata;

@@ -4,8 +4,8 @@
 #include <stdexcept>
 #include <thread>
 
-#include "core/ops.h"
-#include "data/dataset.h"
+#include <strata/core/ops.h>
+#include <strata/data/dataset.h>
 #include "tests/data/data_test_util.h"
 
 using namespace strata;

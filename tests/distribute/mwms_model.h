@@ -7,15 +7,15 @@
 #include <random>
 #include <vector>
 
-#include "autograd/autograd.h"
-#include "data/dataset.h"
-#include "distribute/loss_scaling.h"
-#include "distribute/strategy.h"
-#include "train/losses.h"
-#include "train/nn/activations.h"
-#include "train/nn/dense.h"
-#include "train/nn/sequential.h"
-#include "train/sgd.h"
+#include <strata/autograd/autograd.h>
+#include <strata/data/dataset.h>
+#include <strata/distribute/loss_scaling.h>
+#include <strata/distribute/strategy.h>
+#include <strata/train/losses.h>
+#include <strata/train/nn/activations.h>
+#include <strata/train/nn/dense.h>
+#include <strata/train/nn/sequential.h>
+#include <strata/train/sgd.h>
 
 namespace strata::distribute::testing {
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "distribute/strategy.h"
+#include <strata/distribute/strategy.h>
 
 namespace strata::distribute::testing {
 

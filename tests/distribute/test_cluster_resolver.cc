@@ -2,8 +2,8 @@
 #include <map>
 #include <string>
 
-#include "core/error.h"
-#include "distribute/cluster_resolver.h"
+#include <strata/core/error.h>
+#include <strata/distribute/cluster_resolver.h>
 
 using namespace strata;
 using namespace strata::distribute;

@@ -9,10 +9,10 @@
 #include <set>
 #include <thread>
 
-#include "core/thread_pool.h"
-#include "distribute/collective/in_process.h"
-#include "distribute/local_replica_context.h"
-#include "distribute/strategy.h"
+#include <strata/core/thread_pool.h>
+#include <strata/distribute/collective/in_process.h>
+#include <strata/distribute/local_replica_context.h>
+#include <strata/distribute/strategy.h>
 #include "tests/distribute/strategy_cases.h"
 #include "tests/test_util.h"
 

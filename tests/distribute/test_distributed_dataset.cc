@@ -5,9 +5,9 @@
 #include <chrono>
 #include <thread>
 
-#include "data/dataset.h"
-#include "distribute/distributed_dataset.h"
-#include "distribute/strategy.h"
+#include <strata/data/dataset.h>
+#include <strata/distribute/distributed_dataset.h>
+#include <strata/distribute/strategy.h>
 #include "tests/distribute/strategy_cases.h"
 #include "tests/test_util.h"
 

@@ -4,10 +4,10 @@
 // round trips for every synchronization x aggregation x strategy.
 #include <atomic>
 
-#include "autograd/autograd.h"
-#include "distribute/distributed_variable.h"
-#include "distribute/local_replica_context.h"
-#include "distribute/strategy.h"
+#include <strata/autograd/autograd.h>
+#include <strata/distribute/distributed_variable.h>
+#include <strata/distribute/local_replica_context.h>
+#include <strata/distribute/strategy.h>
 #include "tests/distribute/strategy_cases.h"
 #include "tests/test_util.h"
 

@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "child_process.h"
-#include "core/error.h"
-#include "core/tensor.h"
-#include "distribute/collective/gloo_communicator.h"
-#include "distribute/collective/tcp_store.h"
+#include <strata/core/error.h>
+#include <strata/core/tensor.h>
+#include <strata/distribute/collective/gloo_communicator.h>
+#include <strata/distribute/collective/tcp_store.h>
 
 using namespace strata;
 using namespace strata::distribute;

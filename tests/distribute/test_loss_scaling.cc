@@ -1,7 +1,7 @@
 // compute_average_loss and scale_regularization_loss with tf.nn's semantics.
-#include "distribute/distributed_dataset.h"
-#include "distribute/loss_scaling.h"
-#include "distribute/strategy.h"
+#include <strata/distribute/distributed_dataset.h>
+#include <strata/distribute/loss_scaling.h>
+#include <strata/distribute/strategy.h>
 #include "tests/distribute/strategy_cases.h"
 #include "tests/test_util.h"
 

@@ -15,11 +15,11 @@
 #include <vector>
 
 #include "child_process.h"
-#include "core/ops.h"
-#include "distribute/collective/gloo_communicator.h"
-#include "distribute/collective/tcp_store.h"
-#include "distribute/distributed_file_utils.h"
-#include "distribute/multi_worker_mirrored_strategy.h"
+#include <strata/core/ops.h>
+#include <strata/distribute/collective/gloo_communicator.h>
+#include <strata/distribute/collective/tcp_store.h>
+#include <strata/distribute/distributed_file_utils.h>
+#include <strata/distribute/multi_worker_mirrored_strategy.h>
 #include "mwms_model.h"
 
 using namespace strata;

@@ -19,22 +19,22 @@
 
 #include <nlohmann/json.hpp>
 
-#include "autograd/autograd.h"
-#include "core/ops.h"
-#include "data/dataset.h"
-#include "distribute/collective/tcp_store.h"
-#include "distribute/ps/cluster_coordinator.h"
-#include "distribute/ps/parameter_server.h"
-#include "distribute/ps/parameter_server_strategy.h"
-#include "distribute/ps/rpc.h"
+#include <strata/autograd/autograd.h>
+#include <strata/core/ops.h>
+#include <strata/data/dataset.h>
+#include <strata/distribute/collective/tcp_store.h>
+#include <strata/distribute/ps/cluster_coordinator.h>
+#include <strata/distribute/ps/parameter_server.h>
+#include <strata/distribute/ps/parameter_server_strategy.h>
+#include <strata/distribute/ps/rpc.h>
 #include "tests/distribute/child_process.h"
 #include "tests/test_util.h"
-#include "train/adam.h"
-#include "train/checkpoint.h"
-#include "train/nn/activations.h"
-#include "train/nn/dense.h"
-#include "train/nn/sequential.h"
-#include "train/sgd.h"
+#include <strata/train/adam.h>
+#include <strata/train/checkpoint.h>
+#include <strata/train/nn/activations.h>
+#include <strata/train/nn/dense.h>
+#include <strata/train/nn/sequential.h>
+#include <strata/train/sgd.h>
 
 using namespace strata;
 using namespace strata::distribute;

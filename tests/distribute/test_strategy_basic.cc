@@ -1,9 +1,9 @@
 #include <chrono>
 
-#include "autograd/autograd.h"
-#include "distribute/distributed_variable.h"
-#include "distribute/loss_scaling.h"
-#include "distribute/strategy.h"
+#include <strata/autograd/autograd.h>
+#include <strata/distribute/distributed_variable.h>
+#include <strata/distribute/loss_scaling.h>
+#include <strata/distribute/strategy.h>
 #include "tests/distribute/strategy_cases.h"
 #include "tests/test_util.h"
 

@@ -4,10 +4,10 @@
 #include <set>
 #include <thread>
 
-#include "autograd/autograd.h"
-#include "distribute/local_replica_context.h"
-#include "distribute/make_strategy.h"
-#include "distribute/strategy.h"
+#include <strata/autograd/autograd.h>
+#include <strata/distribute/local_replica_context.h>
+#include <strata/distribute/make_strategy.h>
+#include <strata/distribute/strategy.h>
 #include "tests/distribute/strategy_cases.h"
 #include "tests/test_util.h"
 

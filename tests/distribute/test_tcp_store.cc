@@ -3,8 +3,8 @@
 #include <thread>
 #include <vector>
 
-#include "core/error.h"
-#include "distribute/collective/tcp_store.h"
+#include <strata/core/error.h>
+#include <strata/distribute/collective/tcp_store.h>
 
 using namespace strata;
 using namespace strata::distribute;

@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/ops.h"
+#include <strata/core/ops.h>
 #include "tests/op_info/op_info.h"
 
 namespace strata::testing {

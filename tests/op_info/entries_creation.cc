@@ -1,6 +1,6 @@
 // Op-info entries of the ops that make tensors from scalars (fill, ranges, eye), the random
 // ops, and the fused optimizer updates. None is differentiable.
-#include "core/random.h"
+#include <strata/core/random.h>
 #include "tests/op_info/entries.h"
 
 namespace strata::testing {

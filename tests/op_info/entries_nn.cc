@@ -1,6 +1,6 @@
 // Op-info entries of matmul, the fused neural-network ops, the NHWC image ops and
 // custom_gradient.
-#include "autograd/custom_gradient.h"
+#include <strata/autograd/custom_gradient.h>
 #include "tests/op_info/entries.h"
 
 namespace strata::testing {

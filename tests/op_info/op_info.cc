@@ -5,7 +5,7 @@
 #include <limits>
 #include <sstream>
 
-#include "core/stream.h"
+#include <strata/core/stream.h>
 #include "tests/op_info/entries.h"
 
 namespace strata::testing {

@@ -32,11 +32,11 @@
 #include <string>
 #include <vector>
 
-#include "autograd/gradcheck.h"
-#include "core/device.h"
-#include "core/dtype.h"
-#include "core/op_id.h"
-#include "core/tensor.h"
+#include <strata/autograd/gradcheck.h>
+#include <strata/core/device.h>
+#include <strata/core/dtype.h>
+#include <strata/core/op_id.h>
+#include <strata/core/tensor.h>
 #include "tests/op_info/sample_inputs.h"
 
 namespace strata::testing {

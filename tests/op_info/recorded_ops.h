@@ -11,7 +11,7 @@
 #include <set>
 #include <span>
 
-#include "core/recorder.h"
+#include <strata/core/recorder.h>
 
 namespace strata::testing {
 

@@ -6,7 +6,7 @@
 #include <set>
 #include <sstream>
 
-#include "core/random.h"
+#include <strata/core/random.h>
 
 namespace strata::testing {
 

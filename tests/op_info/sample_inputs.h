@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "core/dtype.h"
-#include "core/shape.h"
-#include "core/tensor.h"
+#include <strata/core/dtype.h>
+#include <strata/core/shape.h>
+#include <strata/core/tensor.h>
 
 namespace strata::testing {
 

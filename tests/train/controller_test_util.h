@@ -16,17 +16,17 @@
 #include <string>
 #include <vector>
 
-#include "autograd/tape.h"
-#include "data/synthetic.h"
-#include "distribute/loss_scaling.h"
-#include "distribute/make_strategy.h"
+#include <strata/autograd/tape.h>
+#include <strata/data/synthetic.h>
+#include <strata/distribute/loss_scaling.h>
+#include <strata/distribute/make_strategy.h>
 #include "tests/test_util.h"
-#include "train/adam.h"
-#include "train/checkpoint.h"
-#include "train/controller.h"
-#include "train/losses.h"
-#include "train/metrics.h"
-#include "train/nn/nn.h"
+#include <strata/train/adam.h>
+#include <strata/train/checkpoint.h>
+#include <strata/train/controller.h>
+#include <strata/train/losses.h>
+#include <strata/train/metrics.h>
+#include <strata/train/nn/nn.h>
 
 namespace strata::testing::orbit {
 

@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "autograd/tape.h"
-#include "autograd/variable.h"
-#include "core/ops.h"
-#include "core/random.h"
+#include <strata/autograd/tape.h>
+#include <strata/autograd/variable.h>
+#include <strata/core/ops.h>
+#include <strata/core/random.h>
 
 namespace strata::testing {
 

@@ -15,9 +15,9 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/test_util.h"
-#include "train/atomic_file.h"
-#include "train/checkpoint_file.h"
-#include "train/crc32c.h"
+#include <strata/train/atomic_file.h>
+#include <strata/train/checkpoint_file.h>
+#include <strata/train/crc32c.h>
 
 namespace fs = std::filesystem;
 using nlohmann::json;

@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "tests/train/controller_test_util.h"
-#include "train/progress.h"
+#include <strata/train/progress.h>
 
 using namespace strata;
 using namespace strata::testing::orbit;

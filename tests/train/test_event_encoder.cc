@@ -6,9 +6,9 @@
 #include <cmath>
 #include <limits>
 
-#include "core/error.h"
+#include <strata/core/error.h>
 #include "tests/test_util.h"
-#include "train/event_encoder.h"
+#include <strata/train/event_encoder.h>
 
 using namespace strata;
 using strata::train::events::EventData;

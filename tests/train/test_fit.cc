@@ -3,8 +3,8 @@
 // misuses (a model of another strategy, plain variables under a multi-replica strategy,
 // unknown metrics, a dataset without a length, a loss that is not per-example).
 #include "tests/train/controller_test_util.h"
-#include "train/fit.h"
-#include "train/sgd.h"
+#include <strata/train/fit.h>
+#include <strata/train/sgd.h>
 
 using namespace strata;
 using namespace strata::testing::orbit;

@@ -4,9 +4,9 @@
 #include <functional>
 #include <string>
 
-#include "autograd/tape.h"
-#include "core/ops.h"
-#include "core/random.h"
+#include <strata/autograd/tape.h>
+#include <strata/core/ops.h>
+#include <strata/core/random.h>
 #include "tests/test_util.h"
 
 using namespace strata;

@@ -4,13 +4,13 @@
 #include <numbers>
 #include <set>
 
-#include "autograd/autograd.h"
-#include "core/random.h"
+#include <strata/autograd/autograd.h>
+#include <strata/core/random.h>
 #include "tests/test_util.h"
 #include "tests/train/layer_gradcheck.h"
-#include "train/adam.h"
-#include "train/losses.h"
-#include "train/nn/nn.h"
+#include <strata/train/adam.h>
+#include <strata/train/losses.h>
+#include <strata/train/nn/nn.h>
 
 using namespace strata;
 using strata::testing::check_variable_gradients;

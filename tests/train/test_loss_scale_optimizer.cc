@@ -9,19 +9,19 @@
 #include <filesystem>
 #include <limits>
 
-#include "autograd/autograd.h"
-#include "core/random.h"
-#include "data/synthetic.h"
-#include "distribute/loss_scaling.h"
-#include "distribute/strategy.h"
+#include <strata/autograd/autograd.h>
+#include <strata/core/random.h>
+#include <strata/data/synthetic.h>
+#include <strata/distribute/loss_scaling.h>
+#include <strata/distribute/strategy.h>
 #include "tests/test_util.h"
-#include "train/adam.h"
-#include "train/checkpoint.h"
-#include "train/loss_scale_optimizer.h"
-#include "train/losses.h"
-#include "train/nn/nn.h"
-#include "train/policy.h"
-#include "train/sgd.h"
+#include <strata/train/adam.h>
+#include <strata/train/checkpoint.h>
+#include <strata/train/loss_scale_optimizer.h>
+#include <strata/train/losses.h>
+#include <strata/train/nn/nn.h>
+#include <strata/train/policy.h>
+#include <strata/train/sgd.h>
 
 using namespace strata;
 using autograd::GradientTape;

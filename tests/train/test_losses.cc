@@ -2,10 +2,10 @@
 // every reduction; gradients by finite differences.
 #include <cmath>
 
-#include "autograd/autograd.h"
-#include "core/random.h"
+#include <strata/autograd/autograd.h>
+#include <strata/core/random.h>
 #include "tests/test_util.h"
-#include "train/losses.h"
+#include <strata/train/losses.h>
 
 using namespace strata;
 using losses::Reduction;

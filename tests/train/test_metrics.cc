@@ -1,8 +1,8 @@
 // Metrics: Keras's documented results, streaming, reset, and sync-on-read state under a
 // two-replica MirroredStrategy.
-#include "distribute/strategy.h"
+#include <strata/distribute/strategy.h>
 #include "tests/test_util.h"
-#include "train/metrics.h"
+#include <strata/train/metrics.h>
 
 using namespace strata;
 

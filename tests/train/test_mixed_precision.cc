@@ -1,12 +1,12 @@
 // Mixed-precision policies: names and the global policy, and the casting rules per layer
 // (variables float32, outputs in the compute dtype, variable gradients float32 and close
 // to the float32 model's, normalisation statistics, softmax and losses in float32).
-#include "autograd/autograd.h"
-#include "core/random.h"
+#include <strata/autograd/autograd.h>
+#include <strata/core/random.h>
 #include "tests/test_util.h"
-#include "train/losses.h"
-#include "train/nn/nn.h"
-#include "train/policy.h"
+#include <strata/train/losses.h>
+#include <strata/train/nn/nn.h>
+#include <strata/train/policy.h>
 
 using namespace strata;
 using autograd::GradientTape;

@@ -8,14 +8,14 @@
 #include <functional>
 #include <limits>
 
-#include "autograd/autograd.h"
-#include "autograd/gradient_registry.h"
-#include "core/random.h"
+#include <strata/autograd/autograd.h>
+#include <strata/autograd/gradient_registry.h>
+#include <strata/core/random.h>
 #include "tests/test_util.h"
-#include "train/adam.h"
-#include "train/clip.h"
-#include "train/loss_scale_optimizer.h"
-#include "train/sgd.h"
+#include <strata/train/adam.h>
+#include <strata/train/clip.h>
+#include <strata/train/loss_scale_optimizer.h>
+#include <strata/train/sgd.h>
 
 using namespace strata;
 using Catch::Matchers::Contains;

@@ -6,17 +6,17 @@
 
 #include <nlohmann/json.hpp>
 
-#include "autograd/autograd.h"
-#include "core/random.h"
-#include "distribute/loss_scaling.h"
-#include "distribute/strategy.h"
+#include <strata/autograd/autograd.h>
+#include <strata/core/random.h>
+#include <strata/distribute/loss_scaling.h>
+#include <strata/distribute/strategy.h>
 #include "tests/test_util.h"
-#include "train/adam.h"
-#include "train/clip.h"
-#include "train/losses.h"
-#include "train/nn/nn.h"
-#include "train/optimizer_factory.h"
-#include "train/sgd.h"
+#include <strata/train/adam.h>
+#include <strata/train/clip.h>
+#include <strata/train/losses.h>
+#include <strata/train/nn/nn.h>
+#include <strata/train/optimizer_factory.h>
+#include <strata/train/sgd.h>
 
 using namespace strata;
 using nlohmann::json;

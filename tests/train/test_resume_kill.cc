@@ -17,7 +17,7 @@
 
 #include "tests/distribute/child_process.h"
 #include "tests/train/controller_test_util.h"
-#include "train/checkpoint_file.h"
+#include <strata/train/checkpoint_file.h>
 
 using namespace strata;
 using namespace strata::testing::orbit;

@@ -3,7 +3,7 @@
 #include <numbers>
 
 #include "tests/test_util.h"
-#include "train/schedules.h"
+#include <strata/train/schedules.h>
 
 using namespace strata;
 using namespace strata::optim;

@@ -16,7 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/test_util.h"
-#include "train/summary_writer.h"
+#include <strata/train/summary_writer.h>
 
 namespace fs = std::filesystem;
 using nlohmann::json;

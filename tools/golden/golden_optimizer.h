@@ -4,7 +4,7 @@
 #include <string>
 
 #include "tools/golden/golden_program.h"
-#include "train/optimizer_factory.h"
+#include <strata/train/optimizer_factory.h>
 
 namespace strata::golden {
 

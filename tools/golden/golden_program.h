@@ -24,9 +24,9 @@
 #include <utility>
 #include <vector>
 
-#include "core/error.h"
-#include "core/ops.h"
-#include "core/tensor.h"
+#include <strata/core/error.h>
+#include <strata/core/ops.h>
+#include <strata/core/tensor.h>
 
 namespace strata::golden {
 

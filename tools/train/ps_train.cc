@@ -8,10 +8,10 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "strata.h"
-#include "distribute/ps/cluster_coordinator.h"
-#include "distribute/ps/parameter_server.h"
-#include "distribute/ps/parameter_server_strategy.h"
+#include <strata/strata.h>
+#include <strata/distribute/ps/cluster_coordinator.h>
+#include <strata/distribute/ps/parameter_server.h>
+#include <strata/distribute/ps/parameter_server_strategy.h>
 
 namespace strata::tools {
 

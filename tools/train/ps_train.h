@@ -17,8 +17,8 @@
 #include <functional>
 #include <string>
 
-#include "data/labeled_arrays.h"
-#include "train/nn/sequential.h"
+#include <strata/data/labeled_arrays.h>
+#include <strata/train/nn/sequential.h>
 
 namespace strata::tools {
 

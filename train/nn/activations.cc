@@ -1,6 +1,6 @@
-#include "train/nn/activations.h"
+#include <strata/train/nn/activations.h>
 
-#include "core/ops.h"
+#include <strata/core/ops.h>
 
 namespace strata::nn {
 

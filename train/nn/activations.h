@@ -5,7 +5,7 @@
 #include <functional>
 #include <string>
 
-#include "train/nn/module.h"
+#include <strata/train/nn/module.h>
 
 namespace strata::nn {
 

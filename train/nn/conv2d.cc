@@ -1,6 +1,6 @@
-#include "train/nn/conv2d.h"
+#include <strata/train/nn/conv2d.h>
 
-#include "core/ops.h"
+#include <strata/core/ops.h>
 
 namespace strata::nn {
 

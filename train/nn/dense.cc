@@ -1,6 +1,6 @@
-#include "train/nn/dense.h"
+#include <strata/train/nn/dense.h>
 
-#include "core/ops.h"
+#include <strata/core/ops.h>
 
 namespace strata::nn {
 

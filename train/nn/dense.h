@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <optional>
 
-#include "train/nn/module.h"
+#include <strata/train/nn/module.h>
 
 namespace strata::nn {
 

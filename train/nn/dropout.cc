@@ -1,7 +1,7 @@
-#include "train/nn/dropout.h"
+#include <strata/train/nn/dropout.h>
 
-#include "core/ops.h"
-#include "core/random.h"
+#include <strata/core/ops.h>
+#include <strata/core/random.h>
 
 namespace strata::nn {
 

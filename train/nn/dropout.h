@@ -11,7 +11,7 @@
 #include <memory>
 #include <optional>
 
-#include "train/nn/module.h"
+#include <strata/train/nn/module.h>
 
 namespace strata::nn {
 

@@ -1,6 +1,6 @@
-#include "train/nn/embedding.h"
+#include <strata/train/nn/embedding.h>
 
-#include "core/ops.h"
+#include <strata/core/ops.h>
 
 namespace strata::nn {
 

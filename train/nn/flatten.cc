@@ -1,6 +1,6 @@
-#include "train/nn/flatten.h"
+#include <strata/train/nn/flatten.h>
 
-#include "core/ops.h"
+#include <strata/core/ops.h>
 
 namespace strata::nn {
 

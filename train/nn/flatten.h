@@ -1,7 +1,7 @@
 // Flatten: [N, d1, d2, ...] -> [N, d1*d2*...] (Keras's Flatten; the batch axis is kept).
 #pragma once
 
-#include "train/nn/module.h"
+#include <strata/train/nn/module.h>
 
 namespace strata::nn {
 

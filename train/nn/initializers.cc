@@ -1,11 +1,11 @@
-#include "train/nn/initializers.h"
+#include <strata/train/nn/initializers.h>
 
 #include <atomic>
 #include <cmath>
 
-#include "core/error.h"
-#include "core/ops.h"
-#include "core/random.h"
+#include <strata/core/error.h>
+#include <strata/core/ops.h>
+#include <strata/core/random.h>
 
 namespace strata::nn {
 

@@ -16,7 +16,7 @@
 #include <optional>
 #include <utility>
 
-#include "core/tensor.h"
+#include <strata/core/tensor.h>
 
 namespace strata::nn {
 

@@ -1,8 +1,8 @@
-#include "train/nn/module.h"
+#include <strata/train/nn/module.h>
 
 #include <unordered_set>
 
-#include "core/error.h"
+#include <strata/core/error.h>
 
 namespace strata::nn {
 

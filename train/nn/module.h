@@ -35,10 +35,10 @@
 #include <utility>
 #include <vector>
 
-#include "autograd/variable.h"
-#include "core/tensor.h"
-#include "train/nn/initializers.h"
-#include "train/policy.h"
+#include <strata/autograd/variable.h>
+#include <strata/core/tensor.h>
+#include <strata/train/nn/initializers.h>
+#include <strata/train/policy.h>
 
 namespace strata::nn {
 

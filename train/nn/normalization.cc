@@ -1,9 +1,9 @@
-#include "train/nn/normalization.h"
+#include <strata/train/nn/normalization.h>
 
 #include <vector>
 
-#include "autograd/tape.h"
-#include "core/ops.h"
+#include <strata/autograd/tape.h>
+#include <strata/core/ops.h>
 
 namespace strata::nn {
 

@@ -1,6 +1,6 @@
-#include "train/nn/pooling.h"
+#include <strata/train/nn/pooling.h>
 
-#include "core/ops.h"
+#include <strata/core/ops.h>
 
 namespace strata::nn {
 

@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <optional>
 
-#include "core/op_attrs.h"
-#include "train/nn/module.h"
+#include <strata/core/op_attrs.h>
+#include <strata/train/nn/module.h>
 
 namespace strata::nn {
 

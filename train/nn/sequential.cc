@@ -1,4 +1,4 @@
-#include "train/nn/sequential.h"
+#include <strata/train/nn/sequential.h>
 
 namespace strata::nn {
 

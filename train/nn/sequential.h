@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "train/nn/module.h"
+#include <strata/train/nn/module.h>
 
 namespace strata::nn {
 

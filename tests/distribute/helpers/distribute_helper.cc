@@ -19,11 +19,11 @@
 #include <memory>
 #include <thread>
 
-#include "core/error.h"
-#include "core/tensor.h"
-#include "distribute/cluster_resolver.h"
-#include "distribute/collective/gloo_communicator.h"
-#include "distribute/collective/tcp_store.h"
+#include <strata/core/error.h>
+#include <strata/core/tensor.h>
+#include <strata/distribute/cluster_resolver.h>
+#include <strata/distribute/collective/gloo_communicator.h>
+#include <strata/distribute/collective/tcp_store.h>
 
 #ifdef STRATA_HAS_GLOO
 #include <gloo/allreduce.h>

@@ -23,9 +23,9 @@
 #include <string>
 #include <thread>
 
-#include "core/ops.h"
-#include "data/binary_records.h"
-#include "distribute/multi_worker_mirrored_strategy.h"
+#include <strata/core/ops.h>
+#include <strata/data/binary_records.h>
+#include <strata/distribute/multi_worker_mirrored_strategy.h>
 #include "tests/distribute/mwms_model.h"
 
 using namespace strata;

@@ -22,22 +22,22 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "autograd/autograd.h"
-#include "core/ops.h"
-#include "data/synthetic.h"
-#include "distribute/cluster_resolver.h"
-#include "distribute/distributed_dataset.h"
-#include "distribute/loss_scaling.h"
-#include "distribute/ps/cluster_coordinator.h"
-#include "distribute/ps/parameter_server.h"
-#include "distribute/ps/parameter_server_strategy.h"
-#include "distribute/strategy.h"
-#include "train/adam.h"
-#include "train/losses.h"
-#include "train/nn/activations.h"
-#include "train/nn/dense.h"
-#include "train/nn/sequential.h"
-#include "train/sgd.h"
+#include <strata/autograd/autograd.h>
+#include <strata/core/ops.h>
+#include <strata/data/synthetic.h>
+#include <strata/distribute/cluster_resolver.h>
+#include <strata/distribute/distributed_dataset.h>
+#include <strata/distribute/loss_scaling.h>
+#include <strata/distribute/ps/cluster_coordinator.h>
+#include <strata/distribute/ps/parameter_server.h>
+#include <strata/distribute/ps/parameter_server_strategy.h>
+#include <strata/distribute/strategy.h>
+#include <strata/train/adam.h>
+#include <strata/train/losses.h>
+#include <strata/train/nn/activations.h>
+#include <strata/train/nn/dense.h>
+#include <strata/train/nn/sequential.h>
+#include <strata/train/sgd.h>
 
 using namespace strata;
 using namespace strata::distribute;
