@@ -7,9 +7,9 @@
 # Why not CMake's UNITY_BUILD property: its generated files #include each source by
 # absolute path, which puts the checkout's path into every unity translation unit (line
 # markers, __FILE__ in Catch2's assertions) and defeats the compiler cache in a fresh
-# clone. These batches include sources by repository-relative path ("tests/core/x.cc",
-# found through the repository root on the include path), and the batch files have the
-# same content in every checkout.
+# clone. These batches include sources by repository-relative path under the strata/
+# prefix ("strata/tests/core/x.cc", found through the build's include root, which every
+# target has), and the batch files have the same content in every checkout.
 #
 # A source that cannot share a translation unit with its neighbours (a name that clashes
 # with another file's anonymous-namespace name, a file-local macro) keeps its own object:
@@ -68,7 +68,7 @@ function(strata_unity_build target)
     foreach(k RANGE ${first} ${last})
       list(GET batched ${k} abs)
       file(RELATIVE_PATH rel ${PROJECT_SOURCE_DIR} ${abs})
-      string(APPEND content "#include \"${rel}\"\n")
+      string(APPEND content "#include <strata/${rel}>\n")
     endforeach()
     set(file ${CMAKE_BINARY_DIR}/unity/${target}_${b}.cc)
     # Rewritten only when its content changes (no needless rebuilds on reconfigure).
