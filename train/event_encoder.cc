@@ -6,7 +6,7 @@
 #include "strata_build_config.h"
 
 #if STRATA_HAS_PROTOBUF
-#include <strata/train/event.pb.h>
+#include "train/event.pb.h"  // generated into the build tree (train/CMakeLists.txt)
 #endif
 
 namespace strata::train::events {
