@@ -9,6 +9,7 @@
 #include <limits>
 
 #include <strata/core/dispatch.h>
+#include <strata/kernels/cpu/flushed_exp.h>
 #include <strata/kernels/cpu/loops.h>
 
 namespace strata::cpu_kernels {
@@ -129,20 +130,11 @@ C gelu_tanh(C x) {
   return C(0.5) * x * (C(1) + std::tanh(k * (x + C(0.044715) * x * x * x)));
 }
 
-// e^a. Eigen's packet exp clamps its argument at log(min normal), so exp(-inf) and
-// exp(-100) came out as ~1.2e-38 rather than 0 and ~4e-44; results below the smallest
-// normal number are flushed to zero instead.
-template <typename C, typename A>
-auto exp_flushed(const A& a) {
-  const C lo = std::log(std::numeric_limits<C>::min());
-  return (a < lo).select(C(0), a.exp());
-}
-
 template <typename T>
 void float_unary(OpId op, const OpAttrs& attrs, const Tensor& x, const Tensor& out) {
   using C = compute_t<T>;
   switch (op) {
-    case OpId::Exp: return unary_loop<T, T>(x, out, kTranscendental, [](const auto& a) { return exp_flushed<C>(a); });
+    case OpId::Exp: return unary_loop<T, T>(x, out, kTranscendental, [](const auto& a) { return flushed_exp<C>(a); });
     case OpId::Log: return unary_loop<T, T>(x, out, kTranscendental, [](const auto& a) { return a.log(); });
     case OpId::Sqrt: return unary_loop<T, T>(x, out, kCheap, [](const auto& a) { return a.sqrt(); });
     case OpId::Rsqrt: return unary_loop<T, T>(x, out, kCheap, [](const auto& a) { return a.rsqrt(); });
@@ -151,11 +143,11 @@ void float_unary(OpId op, const OpAttrs& attrs, const Tensor& x, const Tensor& o
     case OpId::Tanh: return unary_loop<T, T>(x, out, kTranscendental, [](const auto& a) { return a.tanh(); });
     case OpId::Sigmoid:
       return unary_loop<T, T>(x, out, kTranscendental,
-                              [](const auto& a) { return C(1) / (C(1) + exp_flushed<C>(-a)); });
+                              [](const auto& a) { return C(1) / (C(1) + flushed_exp<C>(-a)); });
     case OpId::Softplus:
       // log(1 + e^x) = max(x, 0) + log1p(e^-|x|): never overflows.
       return unary_loop<T, T>(x, out, kTranscendental, [](const auto& a) {
-        return a.max(C(0)) + exp_flushed<C>(-a.abs()).log1p();
+        return a.max(C(0)) + flushed_exp<C>(-a.abs()).log1p();
       });
     case OpId::Gelu:
       if (attrs.get<GeluAttrs>(OpId::Gelu).approximate_tanh) {

@@ -1,18 +1,24 @@
 // CPU kernels of softmax, log-softmax, sparse softmax cross-entropy and layer norm. All
 // subtract the row maximum first, so large logits never overflow.
 #include <cmath>
+#include <limits>
+
+#include <Eigen/Core>
 
 #include <strata/core/data_error.h>
 #include <strata/core/dispatch.h>
+#include <strata/kernels/cpu/flushed_exp.h>
 #include <strata/kernels/cpu/loops.h>
 
 namespace strata::cpu_kernels {
 
 namespace {
 
-// Runs row_fn(in_row, out_row, n) over rows of `axis` (moved last), writing into out.
+// Runs row_fn(in_row, out_row, n, scratch) over rows of `axis` (moved last), writing into
+// out. `scratch` holds n floats of compute type, allocated once per worker chunk.
 template <typename T, typename RowFn>
 void over_rows(const Tensor& x, int64_t axis, const Tensor& out, RowFn row_fn) {
+  using C = compute_t<T>;
   const int64_t n = x.shape()[size_t(axis)];
   const bool direct = axis == x.ndim() - 1 && x.is_contiguous();
   const auto perm = axis_last_perm(x.ndim(), axis);
@@ -22,8 +28,8 @@ void over_rows(const Tensor& x, int64_t axis, const Tensor& out, RowFn row_fn) {
   T* r = ptr<T>(result);
   const int64_t outer = n ? rows.numel() / n : 0;
   parallel_for(outer, double(n) * 4.0, [&](int64_t b, int64_t e) {
-    std::vector<double> buf(static_cast<size_t>(n));
-    for (int64_t i = b; i < e; ++i) row_fn(p + i * n, r + i * n, n, buf.data());
+    std::vector<C> scratch(is_half_v<T> ? static_cast<size_t>(n) : 0);
+    for (int64_t i = b; i < e; ++i) row_fn(p + i * n, r + i * n, n, scratch.data());
   });
   if (!direct) {
     const Tensor in[1] = {result};
@@ -32,24 +38,48 @@ void over_rows(const Tensor& x, int64_t axis, const Tensor& out, RowFn row_fn) {
   }
 }
 
-template <typename T>
-void softmax_row(const T* in, T* out, int64_t n, double* buf, bool log_space) {
-  using C = compute_t<T>;
-  if (n == 0) return;
-  C m = C(in[0]);
-  for (int64_t j = 1; j < n; ++j) m = std::max(m, C(in[j]));
-  if (std::isinf(m) && m < 0) m = C(0);  // all -inf: avoid inf - inf
-  double s = 0;
-  for (int64_t j = 0; j < n; ++j) {
-    buf[j] = double(C(in[j]) - m);
-    s += std::exp(buf[j]);
-  }
+template <typename C>
+using RowArray = Eigen::Array<C, Eigen::Dynamic, 1>;
+
+// Row maximum, with an all -inf row shifted by 0 rather than -inf (avoids inf - inf).
+template <typename C>
+C row_shift(const Eigen::Map<const RowArray<C>>& x) {
+  const C m = x.maxCoeff();
+  return std::isinf(m) && m < 0 ? C(0) : m;
+}
+
+// e^(x - m), vectorised, flushed to 0 below the smallest normal (kernels/cpu/flushed_exp.h).
+template <typename C, typename X>
+auto shifted_exp(const X& x, C m) {
+  return flushed_exp<C>(x - m);
+}
+
+// One row of softmax or log-softmax in compute type C: a max pass, a fused exp-and-sum
+// pass (softmax writes e^(x-m) as it sums), and a scaling pass over the row, now in cache.
+template <typename C>
+void softmax_row_compute(const C* in, C* out, int64_t n, bool log_space) {
+  const Eigen::Map<const RowArray<C>> x(in, n);
+  Eigen::Map<RowArray<C>> y(out, n);
+  const C m = row_shift(x);
   if (log_space) {
-    const double ls = std::log(s);
-    for (int64_t j = 0; j < n; ++j) out[j] = convert<T>(C(buf[j] - ls));
+    const C log_sum = std::log(shifted_exp(x, m).sum());
+    y = (x - m) - log_sum;
   } else {
-    const double inv = 1.0 / s;
-    for (int64_t j = 0; j < n; ++j) out[j] = convert<T>(C(std::exp(buf[j]) * inv));
+    y = shifted_exp(x, m);
+    y *= C(1) / y.sum();
+  }
+}
+
+template <typename T>
+void softmax_row(const T* in, T* out, int64_t n, compute_t<T>* scratch, bool log_space) {
+  if (n == 0) return;
+  if constexpr (is_half_v<T>) {
+    // float16/bfloat16 rows compute in float32 in the scratch row, rounded once at the end.
+    for (int64_t j = 0; j < n; ++j) scratch[j] = float(in[j]);
+    softmax_row_compute<float>(scratch, scratch, n, log_space);
+    for (int64_t j = 0; j < n; ++j) out[j] = convert<T>(scratch[j]);
+  } else {
+    softmax_row_compute<T>(in, out, n, log_space);
   }
 }
 
@@ -58,13 +88,15 @@ void softmax_kernel(const KernelArgs& k) {
   visit_dtype(k.in[0].dtype(), [&](auto z) {
     using T = decltype(z);
     if constexpr (std::is_floating_point_v<compute_t<T>>) {
-      over_rows<T>(k.in[0], k.attrs.axis, k.out[0], [&](const T* in, T* out, int64_t n, double* buf) {
-        softmax_row(in, out, n, buf, log_space);
+      over_rows<T>(k.in[0], k.attrs.axis, k.out[0], [&](const T* in, T* out, int64_t n, compute_t<T>* scratch) {
+        softmax_row(in, out, n, scratch, log_space);
       });
     }
   });
 }
 
+// Sparse softmax cross-entropy per row: logsumexp(row) - row[label], fused into a max pass
+// and an exp-and-sum pass (no probabilities are written).
 void xent_kernel(const KernelArgs& k) {
   const Tensor logits = contiguous_copy(k.in[0]);
   const Tensor labels = contiguous_copy(k.in[1]);
@@ -84,14 +116,23 @@ void xent_kernel(const KernelArgs& k) {
       using C = compute_t<T>;
       const T* p = ptr<T>(logits);
       T* o = ptr<T>(k.out[0]);
-      for (int64_t i = 0; i < n; ++i) {
-        const T* row = p + i * classes;
-        C m = C(row[0]);
-        for (int64_t j = 1; j < classes; ++j) m = std::max(m, C(row[j]));
-        double s = 0;
-        for (int64_t j = 0; j < classes; ++j) s += std::exp(double(C(row[j]) - m));
-        o[i] = convert<T>(C(double(m) + std::log(s) - double(C(row[lab[size_t(i)]]))));
-      }
+      parallel_for(n, double(classes) * 3.0, [&](int64_t b, int64_t e) {
+        std::vector<C> scratch(is_half_v<T> ? static_cast<size_t>(classes) : 0);
+        for (int64_t i = b; i < e; ++i) {
+          const C* row;
+          if constexpr (is_half_v<T>) {
+            for (int64_t j = 0; j < classes; ++j) scratch[size_t(j)] = float(p[i * classes + j]);
+            row = scratch.data();
+          } else {
+            row = p + i * classes;
+          }
+          if (classes == 0) continue;
+          const Eigen::Map<const RowArray<C>> x(row, classes);
+          const C m = row_shift(x);
+          const C log_sum = std::log(shifted_exp(x, m).sum());
+          o[i] = convert<T>(C((m - row[lab[size_t(i)]]) + log_sum));
+        }
+      });
     }
   });
 }
