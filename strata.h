@@ -7,6 +7,7 @@
 #include <strata/core/tensor.h>
 #include <strata/core/thread_pool.h>
 #include <strata/data/data.h>
+#include <strata/distribute/collective/peer_failure.h>
 #include <strata/distribute/distributed_dataset.h>
 #include <strata/distribute/distributed_variable.h>
 #include <strata/distribute/loss_scaling.h>

@@ -8,6 +8,7 @@
 #include <functional>
 #include <optional>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include <strata/core/tensor.h>
@@ -68,10 +69,17 @@ class LocalVariableImpl : public VariableImpl {
  public:
   LocalVariableImpl(const Tensor& initial, VariableOptions options);
   Tensor value() const override { return value_; }
+  // Updates are atomic per variable (a mutex each): replica threads may update one local
+  // variable concurrently without losing updates.
   void assign(const Tensor& v) override;
+  void assign_add(const Tensor& delta) override;
+  void assign_sub(const Tensor& delta) override;
 
  private:
+  void assign_locked(const Tensor& v);
+
   Tensor value_;
+  std::mutex mutex_;
 };
 
 class Variable {

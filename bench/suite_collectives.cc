@@ -11,6 +11,7 @@
 //   interleaved; "paired_ratio" is the median of the per-repetition ratios.
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
@@ -66,6 +67,10 @@ void in_process(const Options& o, std::vector<Result>& out) {
 
 // One group of `n` worker processes measuring every size; appends one row per size.
 void across_processes(int n, const std::vector<int64_t>& sizes, const Options& o, std::vector<Result>& out) {
+  // The worker processes inherit the job secret with which they authenticate to this
+  // store (docs/SECURITY.md): one is made here unless the caller configured one.
+  if (!distribute::JobSecret::from_environment())
+    ::setenv(distribute::kJobSecretEnv, distribute::JobSecret::generate().text().c_str(), 1);
   distribute::TcpStoreServer server(0, "127.0.0.1");
   const std::string prefix = "bench/x" + std::to_string(n);
   const double timeout = 60;  // bounds each worker's rendezvous and every collective

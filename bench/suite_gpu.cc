@@ -7,7 +7,10 @@
 //   - add of 256M floats (GB/s, 12 bytes per element) against a device-to-device
 //     cudaMemcpy of 256M floats (GB/s, 8 bytes per element: read + write);
 //   - training steps/s of the MLP (batch 128) and the MNIST CNN (batch 64) under
-//     OneDeviceStrategy(device), against the Default strategy on the CPU.
+//     OneDeviceStrategy(device), against the Default strategy on the CPU;
+//   - all-reduce bus bandwidth of 2 logical replicas of the device (MirroredStrategy over
+//     {device, device}: they reduce in device memory, NCCL refusing two ranks on one GPU),
+//     1 MB and 64 MB per replica, against a device-to-device cudaMemcpy of the same bytes.
 // bench/compare/torch_gpu.py times the same workloads in PyTorch; scripts/gpu-check.sh runs
 // both and merges them. Timing: warm-up, then repetitions of several calls each, the
 // device synchronised before the host clock is read; medians.
@@ -25,6 +28,7 @@
 #include <strata/core/ops.h>
 #include <strata/core/random.h>
 #include <strata/core/stream.h>
+#include <strata/distribute/replica_context.h>
 #include <strata/distribute/strategy.h>
 #include <strata/train/nn/nn.h>
 
@@ -202,6 +206,43 @@ void add_training(std::vector<Result>& out, Device dev, bool cnn, bool quick) {
   out.push_back(std::move(r));
 }
 
+// busbw = 2 (n - 1) / n x bytes / time (nccl-tests' definition; n = 2 replicas), through
+// ReplicaContext::all_reduce as a training step calls it (a replica's values are packed
+// into one buffer first, which is part of the time).
+void add_virtual_allreduce(std::vector<Result>& out, Device dev, int64_t bytes, int reps) {
+  const std::string sz = bytes >= (int64_t(1) << 20) ? std::to_string(bytes >> 20) + " MB" : std::to_string(bytes) + " B";
+  Result r{"gpu", "all_reduce 2 logical replicas of " + dev.str() + ", " + sz, 0, "GB/s busbw", 0,
+           "cudaMemcpy device to device, " + sz, 0};
+  try {
+    const int64_t n = bytes / 4;
+    const size_t nbytes = static_cast<size_t>(bytes);
+    auto sync_cuda = [] { cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); };
+    {
+      DeviceBuffer src(nbytes), dst(nbytes);
+      cuda_check(cudaMemset(src.p, 0x3f, nbytes), "cudaMemset");
+      const Timing tc = time_device([&] {
+        cuda_check(cudaMemcpyAsync(dst.p, src.p, nbytes, cudaMemcpyDeviceToDevice, nullptr), "cudaMemcpy");
+      }, sync_cuda, reps, 10);
+      r.baseline_value = double(bytes) / tc.median_s / 1e9;
+    }
+    distribute::MirroredStrategy strategy({dev, dev});
+    const std::vector<Tensor> values = {random::normal({n}, 21).to(dev), random::normal({n}, 22).to(dev)};
+    auto step = [&] {
+      strategy.run([&] {
+        distribute::ReplicaContext* ctx = distribute::get_replica_context();
+        return ctx->all_reduce(distribute::ReduceOp::Sum, values[size_t(ctx->replica_id_in_sync_group())]);
+      });
+    };
+    const Timing ts = time_device(step, [&] { synchronize(dev); }, reps, 5);
+    r.value = double(bytes) / ts.median_s / 1e9;  // 2 (n - 1) / n = 1 for n = 2
+    r.spread = ts.spread();
+    r.note = std::string("cross-device ops ") + distribute::cross_device_ops_name(strategy.cross_device_ops());
+  } catch (const std::exception& e) {
+    r.error = e.what();
+  }
+  out.push_back(std::move(r));
+}
+
 }  // namespace
 
 std::vector<Result> gpu_suite(const Options& o) {
@@ -221,6 +262,9 @@ std::vector<Result> gpu_suite(const Options& o) {
   add_elementwise(out, dev, o.quick ? (int64_t(1) << 24) : (int64_t(256) << 20), reps);
   add_training(out, dev, false, o.quick);
   add_training(out, dev, true, o.quick);
+  for (int64_t bytes : o.quick ? std::vector<int64_t>{int64_t(1) << 20} : std::vector<int64_t>{int64_t(1) << 20, int64_t(64) << 20}) {
+    add_virtual_allreduce(out, dev, bytes, reps);
+  }
   return out;
 }
 

@@ -32,7 +32,7 @@ double steps_per_second(distribute::Strategy& strategy, bool cnn, int64_t batch,
   }
   Shape xs = cnn ? Shape{batch, 28, 28, 1} : Shape{batch, 784};
   Tensor x = random::normal(xs, 1);
-  Tensor y = cast(floor(random::uniform({batch}, 2, 0, 10)), kInt64);
+  Tensor y = cast(floor(random::uniform({batch}, 2, 0.0, 10.0)), kInt64);
   auto dist = strategy.experimental_distribute_dataset(data::Dataset::from_tensor_slices({x, y}).batch(batch));
   auto it = dist.make_iterator();
   const auto per_replica_batch = *it.next();

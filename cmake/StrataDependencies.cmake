@@ -3,7 +3,7 @@
 # A machine without Debian's packages (the lent GPU machine, README "Checking the CUDA
 # backend on a lent GPU") builds with what scripts/gpu-carry.sh copied into
 # third_party_carry/ (STRATA_CARRY_DIR): the header-only packages (Eigen, Catch2, CLI11,
-# nlohmann-json) and zlib, each found there only when the system has none. What cannot be
+# nlohmann-json), zlib and libsodium, each found there only when the system has none. What cannot be
 # carried is switched off: STRATA_WITH_OPENBLAS (Eigen's own GEMM), STRATA_WITH_PROTOBUF
 # (event files through strata's own encoder), STRATA_WITH_GLOO, STRATA_WITH_ZMQ.
 option(STRATA_WITH_OPENBLAS "CPU matrix products through OpenBLAS (pthread build); OFF: Eigen's own GEMM" ON)
@@ -64,6 +64,20 @@ if(STRATA_WITH_OPENBLAS)
 else()
   message(STATUS "strata: OpenBLAS OFF (CPU matrix products through Eigen's own GEMM)")
 endif()
+
+# libsodium (libsodium-dev): HMAC-SHA256, the CSPRNG and the Curve25519 keys of job
+# authentication (distribute/job_secret.h, docs/SECURITY.md). Not optional: every
+# multi-process job authenticates. scripts/gpu-carry.sh carries its headers and static
+# library for machines without it (PATHS: searched after the system's own directories).
+find_path(SODIUM_INCLUDE_DIR sodium.h PATHS ${STRATA_CARRY_DIR}/include)
+find_library(SODIUM_LIBRARY NAMES sodium PATHS ${STRATA_CARRY_DIR}/lib)
+if(NOT SODIUM_INCLUDE_DIR OR NOT SODIUM_LIBRARY)
+  message(FATAL_ERROR "strata: libsodium not found on the system (scripts/install-deps.sh installs "
+                      "libsodium-dev) nor in ${STRATA_CARRY_DIR} (scripts/gpu-carry.sh)")
+endif()
+add_library(strata_sodium INTERFACE)
+target_include_directories(strata_sodium SYSTEM INTERFACE $<BUILD_INTERFACE:${SODIUM_INCLUDE_DIR}>)
+target_link_libraries(strata_sodium INTERFACE ${SODIUM_LIBRARY})
 
 if(STRATA_BUILD_TESTS)
   strata_find_package(Catch2 2)

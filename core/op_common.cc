@@ -1,5 +1,7 @@
 #include <strata/core/op_common.h>
 
+#include <strata/core/checked_math.h>
+
 namespace strata::detail {
 
 void device_mismatch(const char* op, Device op_device, Device input_device) {
@@ -36,6 +38,9 @@ void require_defined(const char* op, const Tensor& t) {
 
 Tensor compute1(OpId op, const OpAttrs& attrs, std::initializer_list<Tensor> in,
                 const Shape& shape, DType dtype, Device device) {
+  // Checked here too so that an overflowing output shape (a huge matmul or broadcast) is
+  // reported under the op's own name rather than as "empty".
+  checked_nbytes(shape, dtype_size(dtype), op_name(op));
   const Tensor out[1] = {Tensor::empty(shape, dtype, device)};
   compute(op, attrs, std::span<const Tensor>(in.begin(), in.size()), out);
   return out[0];

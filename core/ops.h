@@ -60,6 +60,9 @@ Tensor stop_gradient(const Tensor& x);  // identity whose gradient is zero
 
 // ---- binary, broadcasting ----
 Tensor add(const Tensor& a, const Tensor& b);
+// The elementwise sum of one or more tensors of one shape and dtype, no broadcasting
+// (tf.math.add_n; a composite of add, so it differentiates through add's gradient).
+Tensor add_n(const std::vector<Tensor>& inputs);
 Tensor sub(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, const Tensor& b);
 Tensor div(const Tensor& a, const Tensor& b);

@@ -2,6 +2,7 @@
 // (they share storage and need no kernel); concat/pad/gather/scatter_add/one_hot copy.
 #include <algorithm>
 
+#include <strata/core/checked_math.h>
 #include <strata/core/op_common.h>
 
 namespace strata {
@@ -23,7 +24,7 @@ Tensor reshape(const Tensor& x, const Shape& shape) {
       infer = int64_t(i);
     } else {
       STRATA_CHECK(target[i] >= 0, "reshape: negative extent in target shape ", shape_str(shape));
-      known *= target[i];
+      known = checked_mul(known, target[i], "reshape", shape);
     }
   }
   if (infer >= 0) {
@@ -99,6 +100,9 @@ Tensor broadcast_to(const Tensor& x, const Shape& shape) {
     STRATA_CHECK(x.shape()[i] == shape[lead + i] || x.shape()[i] == 1, "broadcast_to: cannot broadcast ",
                  shape_str(x.shape()), " to ", shape_str(shape));
   }
+  // A view allocates nothing, but its element count must still be representable: every
+  // later op (contiguous, a reduction) multiplies the extents.
+  checked_numel(shape, "broadcast_to");
   if (x.shape() == shape) return x;
   OpAttrs attrs;
   attrs.shape = shape;
@@ -163,7 +167,7 @@ Tensor concat(const std::vector<Tensor>& xs, int64_t axis) {
     }
     STRATA_CHECK(ok, "concat: shapes ", shape_str(first.shape()), " and ", shape_str(t.shape()),
                  " differ outside axis ", axis);
-    shape[size_t(axis)] += t.shape()[size_t(axis)];
+    shape[size_t(axis)] = checked_add(shape[size_t(axis)], t.shape()[size_t(axis)], "concat", shape);
   }
   OpAttrs attrs;
   attrs.axis = axis;
@@ -222,7 +226,7 @@ Tensor pad(const Tensor& x, const std::vector<std::pair<int64_t, int64_t>>& pads
     STRATA_CHECK(pads[i].first >= 0 && pads[i].second >= 0, "pad: negative padding on axis ", i);
     attrs.pads.push_back(pads[i].first);
     attrs.pads.push_back(pads[i].second);
-    shape[i] += pads[i].first + pads[i].second;
+    shape[i] = checked_add(checked_add(shape[i], pads[i].first, "pad", shape), pads[i].second, "pad", shape);
   }
   return detail::compute1(OpId::Pad, attrs, {x}, shape, x.dtype(), x.device());
 }

@@ -26,32 +26,33 @@ Tensor draw(OpId op, const Shape& shape, const RandomAttrs& attrs, DType dtype, 
 
 }  // namespace
 
-Tensor uniform(const Shape& shape, uint64_t seed, double low, double high, DType dtype,
+Tensor uniform(const Shape& shape, Seed seed_arg, double low, double high, DType dtype,
                Device device) {
   check_float(dtype, "random::uniform");
   STRATA_CHECK(low <= high, "random::uniform: low ", low, " > high ", high);
-  return draw(OpId::RandomUniform, shape, RandomAttrs{seed, low, high}, dtype, device);
+  return draw(OpId::RandomUniform, shape, RandomAttrs{seed_arg.value(), low, high}, dtype, device);
 }
 
-Tensor normal(const Shape& shape, uint64_t seed, double mean, double stddev, DType dtype,
+Tensor normal(const Shape& shape, Seed seed_arg, double mean, double stddev, DType dtype,
               Device device) {
   check_float(dtype, "random::normal");
   STRATA_CHECK(stddev >= 0, "random::normal: stddev must be >= 0, got ", stddev);
-  return draw(OpId::RandomNormal, shape, RandomAttrs{seed, mean, stddev}, dtype, device);
+  return draw(OpId::RandomNormal, shape, RandomAttrs{seed_arg.value(), mean, stddev}, dtype, device);
 }
 
-Tensor truncated_normal(const Shape& shape, uint64_t seed, double mean, double stddev,
+Tensor truncated_normal(const Shape& shape, Seed seed_arg, double mean, double stddev,
                         DType dtype, Device device) {
   check_float(dtype, "random::truncated_normal");
-  return draw(OpId::RandomTruncatedNormal, shape, RandomAttrs{seed, mean, stddev}, dtype, device);
+  return draw(OpId::RandomTruncatedNormal, shape, RandomAttrs{seed_arg.value(), mean, stddev}, dtype, device);
 }
 
-Tensor bernoulli(const Shape& shape, double p, uint64_t seed, DType dtype, Device device) {
+Tensor bernoulli(const Shape& shape, double p, Seed seed_arg, DType dtype, Device device) {
   STRATA_CHECK(p >= 0 && p <= 1, "random::bernoulli: probability must be in [0,1], got ", p);
-  return draw(OpId::RandomBernoulli, shape, RandomAttrs{seed, p, 0.0}, dtype, device);
+  return draw(OpId::RandomBernoulli, shape, RandomAttrs{seed_arg.value(), p, 0.0}, dtype, device);
 }
 
-Tensor permutation(int64_t n, uint64_t seed) {
+Tensor permutation(int64_t n, Seed seed_arg) {
+  const uint64_t seed = seed_arg.value();
   // Fisher-Yates is sequential by nature: it runs on the host, for index tensors.
   STRATA_CHECK(n >= 0, "random::permutation: n must be >= 0, got ", n);
   std::vector<int64_t> v(static_cast<size_t>(n));

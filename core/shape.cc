@@ -3,13 +3,14 @@
 #include <algorithm>
 #include <sstream>
 
+#include <strata/core/checked_math.h>
 #include <strata/core/error.h>
 
 namespace strata {
 
 int64_t numel_of(const Shape& shape) {
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  for (int64_t d : shape) n = checked_mul(n, d, "numel", shape);
   return n;
 }
 
@@ -18,7 +19,7 @@ Strides contiguous_strides(const Shape& shape) {
   int64_t acc = 1;
   for (size_t i = shape.size(); i-- > 0;) {
     s[i] = acc;
-    acc *= std::max<int64_t>(shape[i], 1);
+    acc = checked_mul(acc, std::max<int64_t>(shape[i], 1), "contiguous_strides", shape);
   }
   return s;
 }

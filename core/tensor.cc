@@ -6,6 +6,7 @@
 #include <iomanip>
 #include <sstream>
 
+#include <strata/core/checked_math.h>
 #include <strata/core/dispatch.h>
 #include <strata/core/ops.h>
 #include <strata/core/recorder.h>
@@ -18,11 +19,9 @@ uint64_t next_tensor_id() {
 }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
-  for (int64_t d : shape) {
-    STRATA_CHECK(d >= 0, "empty: negative extent in shape ", shape_str(shape));
-  }
+  const size_t bytes = checked_nbytes(shape, dtype_size(dtype), "empty");
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(size_t(numel_of(shape)) * dtype_size(dtype), device);
+  impl->storage = std::make_shared<Storage>(bytes, device);
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
   impl->dtype = dtype;

@@ -32,6 +32,11 @@ bool is_gzip(const std::vector<uint8_t>& bytes) {
 
 std::vector<uint8_t> gunzip(const std::vector<uint8_t>& compressed, const std::string& path,
                             const char* op) {
+  return gunzip_at_most(compressed, std::numeric_limits<size_t>::max(), path, op);
+}
+
+std::vector<uint8_t> gunzip_at_most(const std::vector<uint8_t>& compressed, size_t max_bytes,
+                                    const std::string& path, const char* op) {
   z_stream zs{};
   // 16 + MAX_WBITS: expect a gzip header and trailer (CRC and length are checked).
   STRATA_CHECK(inflateInit2(&zs, 16 + MAX_WBITS) == Z_OK, op, ": zlib inflateInit2 failed");
@@ -46,7 +51,12 @@ std::vector<uint8_t> gunzip(const std::vector<uint8_t>& compressed, const std::s
     const uint8_t* t = compressed.data() + compressed.size() - 4;
     const uint32_t isize = uint32_t(t[0]) | uint32_t(t[1]) << 8 | uint32_t(t[2]) << 16 |
                            uint32_t(t[3]) << 24;
-    out.reserve(std::min<size_t>(isize, size_t(1) << 31));
+    // ISIZE comes from the file: never reserve more than the caller allows, nor more than
+    // the input can inflate to (deflate expands at most 1032:1), so that a few bytes
+    // claiming a 2 GB content reserve nothing near that (found by fuzz/idx_fuzz.cc).
+    const size_t inflatable = compressed.size() > (size_t(1) << 31) / 1032 ? size_t(1) << 31
+                                                                           : compressed.size() * 1032;
+    out.reserve(std::min({size_t(isize), max_bytes, inflatable}));
   }
   constexpr size_t kChunk = size_t(1) << 20;
   constexpr size_t kMaxAvail = std::numeric_limits<uInt>::max();
@@ -60,11 +70,13 @@ std::vector<uint8_t> gunzip(const std::vector<uint8_t>& compressed, const std::s
       in_pos += n;
     }
     const size_t before = out.size();
-    out.resize(before + kChunk);
+    if (before == max_bytes) return out;  // the caller's bound: stop inflating here
+    const size_t chunk = std::min(kChunk, max_bytes - before);
+    out.resize(before + chunk);
     zs.next_out = out.data() + before;
-    zs.avail_out = uInt(kChunk);
+    zs.avail_out = uInt(chunk);
     const int rc = inflate(&zs, Z_NO_FLUSH);
-    out.resize(before + (kChunk - zs.avail_out));
+    out.resize(before + (chunk - zs.avail_out));
     if (rc == Z_STREAM_END) {
       stream_end = true;
       // Another gzip member may follow (as `cat a.gz b.gz` makes).

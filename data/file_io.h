@@ -18,6 +18,13 @@ bool is_gzip(const std::vector<uint8_t>& bytes);
 std::vector<uint8_t> gunzip(const std::vector<uint8_t>& compressed, const std::string& path,
                             const char* op);
 
+// Like gunzip, but stops once `max_bytes` have been decompressed and returns them: a
+// result of exactly max_bytes means "at least that many" (the rest of the stream, its end
+// marker and CRC are then not read). A reader that knows how large its content should be
+// asks for one byte more and so never inflates a gzip bomb beyond that.
+std::vector<uint8_t> gunzip_at_most(const std::vector<uint8_t>& compressed, size_t max_bytes,
+                                    const std::string& path, const char* op);
+
 // read_file_bytes, decompressed when the content is gzip (decided by the magic bytes,
 // not by the file name).
 std::vector<uint8_t> read_maybe_gzip(const std::string& path, const char* op);

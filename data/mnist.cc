@@ -1,6 +1,7 @@
 #include <strata/data/mnist.h>
 
 #include <filesystem>
+#include <vector>
 
 #include <strata/core/error.h>
 #include <strata/data/idx.h>
@@ -22,12 +23,26 @@ std::string find_file(const std::string& dir, const std::vector<std::string>& na
   fail("mnist: no MNIST file in '", dir, "' (tried ", tried, ")");
 }
 
+// The usual names of a split's two files (images, labels), without the ".gz" suffix.
+std::vector<std::vector<std::string>> split_names(Split split) {
+  const std::string prefix = split == Split::Train ? "train" : "t10k";
+  return {{prefix + "-images-idx3-ubyte", prefix + "-images.idx3-ubyte"},
+          {prefix + "-labels-idx1-ubyte", prefix + "-labels.idx1-ubyte"}};
+}
+
 }  // namespace
 
+bool has_mnist_split(const std::string& dir, Split split) {
+  for (const auto& names : split_names(split))
+    for (const auto& name : names)
+      for (const char* suffix : {".gz", ""})
+        if (std::filesystem::is_regular_file(std::filesystem::path(dir) / (name + suffix))) return true;
+  return false;
+}
+
 std::pair<std::string, std::string> mnist_paths(const std::string& dir, Split split) {
-  const std::string prefix = split == Split::Train ? "train" : "t10k";
-  return {find_file(dir, {prefix + "-images-idx3-ubyte", prefix + "-images.idx3-ubyte"}),
-          find_file(dir, {prefix + "-labels-idx1-ubyte", prefix + "-labels.idx1-ubyte"})};
+  const auto names = split_names(split);
+  return {find_file(dir, names[0]), find_file(dir, names[1])};
 }
 
 LabeledArrays read_mnist_files(const std::string& images_path, const std::string& labels_path) {

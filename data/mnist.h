@@ -23,6 +23,10 @@ enum class Split { Train, Test };
 // without ".gz" ("train-images-idx3-ubyte", "train-images.idx3-ubyte", ...); throws
 // listing the names tried when a file is missing.
 std::pair<std::string, std::string> mnist_paths(const std::string& dir, Split split);
+// True when `dir` holds either file of the split under one of those names (reading it may
+// still fail, naming what is missing or wrong): how a program tells whether the 60,000
+// train images are there.
+bool has_mnist_split(const std::string& dir, Split split);
 
 // Loads an image file (IDX u8, 3 dims) and a label file (IDX u8, 1 dim) into memory.
 LabeledArrays read_mnist_files(const std::string& images_path, const std::string& labels_path);

@@ -1,5 +1,6 @@
 #include <strata/distribute/cluster_resolver.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
@@ -62,8 +63,13 @@ std::optional<int> replicas_from_env(const ClusterResolver::EnvLookup& env) {
   return r;
 }
 
+// The most processes a job may have: the sources below build one address per rank, and a
+// bad WORLD_SIZE must not make them allocate gigabytes first.
+constexpr int kMaxWorldSize = 1 << 20;
+
 void check_rank(int rank, int size, const std::string& rank_var, const std::string& size_var) {
-  STRATA_CHECK(size >= 1, "cluster resolver: ", size_var, " must be >= 1, got ", size);
+  STRATA_CHECK(size >= 1 && size <= kMaxWorldSize, "cluster resolver: ", size_var, " must be in [1, ",
+               kMaxWorldSize, "], got ", size);
   STRATA_CHECK(rank < size, "cluster resolver: ", rank_var, "=", rank, " is out of range for ",
                size_var, "=", size);
 }
@@ -153,21 +159,39 @@ std::pair<std::string, int> split_host_port(const std::string& address, const st
 
 namespace {
 
+// Bounds on what a host list may expand to. Slurm's largest clusters have ~10^5 nodes;
+// the bounds keep a short list ("a[0-99999]b[0-99999]", "n[]") from expanding to 10^10 names
+// or recursing without end (found by fuzz/cluster_env_fuzz.cc).
+constexpr size_t kMaxSlurmHosts = size_t(1) << 20;
+constexpr size_t kMaxSlurmHostBytes = size_t(1) << 26;
+constexpr size_t kMaxSlurmBracketGroups = 16;
+
+// Appends one expanded name; `bytes` counts the names' bytes in `out`.
+void push_host(std::vector<std::string>& out, size_t& bytes, std::string host, const std::string& whole) {
+  bytes += host.size();
+  STRATA_CHECK(out.size() < kMaxSlurmHosts && bytes <= kMaxSlurmHostBytes, "Slurm host list: ",
+               quote_str(whole.substr(0, 200)), " expands to more than ", kMaxSlurmHosts, " names or ",
+               kMaxSlurmHostBytes, " bytes");
+  out.push_back(std::move(host));
+}
+
 // Expands one host-list item that may hold several bracket groups: "r[1-2]-n[01-02]".
-void expand_item(const std::string& item, std::vector<std::string>& out, const std::string& whole) {
+void expand_item(const std::string& item, std::vector<std::string>& out, size_t& bytes, const std::string& whole) {
   const auto open = item.find('[');
   if (open == std::string::npos) {
     STRATA_CHECK(item.find(']') == std::string::npos, "Slurm host list: unmatched ']' in ",
                  quote_str(whole));
-    out.push_back(item);
+    push_host(out, bytes, item, whole);
     return;
   }
   const auto close = item.find(']', open);
   STRATA_CHECK(close != std::string::npos, "Slurm host list: unmatched '[' in ", quote_str(whole));
   const std::string prefix = item.substr(0, open);
   const std::string ranges = item.substr(open + 1, close - open - 1);
+  STRATA_CHECK(!ranges.empty(), "Slurm host list: empty brackets in ", quote_str(whole));
   std::vector<std::string> rest;
-  expand_item(item.substr(close + 1), rest, whole);
+  size_t rest_bytes = 0;
+  expand_item(item.substr(close + 1), rest, rest_bytes, whole);
   std::stringstream ss(ranges);
   std::string range;
   while (std::getline(ss, range, ',')) {
@@ -181,7 +205,7 @@ void expand_item(const std::string& item, std::vector<std::string>& out, const s
     for (int64_t v = *lo; v <= *hi; ++v) {
       std::string num = std::to_string(v);
       if (num.size() < lo_text.size()) num.insert(0, lo_text.size() - num.size(), '0');
-      for (const auto& r : rest) out.push_back(prefix + num + r);
+      for (const auto& r : rest) push_host(out, bytes, prefix + num + r, whole);
     }
   }
 }
@@ -190,11 +214,15 @@ void expand_item(const std::string& item, std::vector<std::string>& out, const s
 
 std::vector<std::string> expand_slurm_hostlist(const std::string& hostlist) {
   std::vector<std::string> hosts;
+  size_t bytes = 0;
   std::string item;
   int depth = 0;
   auto flush = [&] {
     STRATA_CHECK(!item.empty(), "Slurm host list: empty entry in ", quote_str(hostlist));
-    expand_item(item, hosts, hostlist);
+    STRATA_CHECK(size_t(std::count(item.begin(), item.end(), '[')) <= kMaxSlurmBracketGroups,
+                 "Slurm host list: more than ", kMaxSlurmBracketGroups, " bracket groups in one entry of ",
+                 quote_str(hostlist));
+    expand_item(item, hosts, bytes, hostlist);
     item.clear();
   };
   for (char c : hostlist) {
@@ -231,6 +259,8 @@ std::vector<int> expand_slurm_tasks_per_node(const std::string& spec) {
     auto count = parse_nonneg(count_text);
     STRATA_CHECK(count && *count >= 1 && *count <= 100000, "Slurm tasks per node: bad count in ",
                  quote_str(item), " of ", quote_str(spec));
+    STRATA_CHECK(out.size() + size_t(repeat) <= kMaxSlurmHosts, "Slurm tasks per node: ",
+                 quote_str(spec.substr(0, 200)), " lists more than ", kMaxSlurmHosts, " nodes");
     for (int64_t i = 0; i < repeat; ++i) out.push_back(int(*count));
   }
   STRATA_CHECK(!out.empty(), "Slurm tasks per node: empty list");
@@ -447,7 +477,7 @@ ClusterResolver ClusterResolver::from_slurm_env(const EnvLookup& env) {
                  hosts.size());
   }
   if (!per_node.empty()) {
-    int total = 0;
+    int64_t total = 0;
     for (int n : per_node) total += n;
     STRATA_CHECK(total == size, "cluster resolver: ", tpn_var, " adds up to ", total, " tasks but ",
                  size_var, "=", size);

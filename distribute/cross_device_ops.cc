@@ -5,6 +5,7 @@
 
 #include <strata/autograd/tape.h>
 #include <strata/core/ops.h>
+#include <strata/distribute/collective/nccl_communicator.h>
 
 namespace strata::distribute {
 
@@ -33,12 +34,23 @@ CrossDeviceOps cross_device_ops_from_name(const std::string& name) {
 
 CrossDeviceOps resolve_cross_device_ops(CrossDeviceOps requested, const std::vector<Device>& devices) {
   if (requested == CrossDeviceOps::NcclAllReduce) {
-    fail("cross_device_ops: NcclAllReduce is not available in this build (strata's CUDA backend has no NCCL "
-         "all-reduce yet); use HierarchicalCopyAllReduce or ReductionToOneDevice");
+    if (nccl_can_reduce(devices)) return requested;
+    std::string listed;
+    for (const Device& d : devices) listed += (listed.empty() ? "" : ", ") + d.str();
+    STRATA_CHECK(nccl_backend() != nullptr, "cross_device_ops: NcclAllReduce is not available in this build (strata "
+                 "was built without the CUDA backend or without NCCL); use HierarchicalCopyAllReduce or "
+                 "ReductionToOneDevice");
+    fail("cross_device_ops: NcclAllReduce is not available for the devices [", listed, "]: NCCL needs every replica on "
+         "its own visible GPU (", nccl_backend()->device_count(), " visible); a GPU listed twice (logical replicas "
+         "of one GPU) reduces in device memory with HierarchicalCopyAllReduce or ReductionToOneDevice");
   }
   if (requested != CrossDeviceOps::Default) return requested;
   const bool any_cpu = std::any_of(devices.begin(), devices.end(), [](const Device& d) { return d.is_cpu(); });
-  return any_cpu ? CrossDeviceOps::ReductionToOneDevice : CrossDeviceOps::HierarchicalCopyAllReduce;
+  if (any_cpu) return CrossDeviceOps::ReductionToOneDevice;
+  // TensorFlow's choice on GPUs: NCCL where it can run; logical GPUs sharing one device
+  // (which NCCL refuses) reduce in device memory.
+  if (devices.size() > 1 && nccl_can_reduce(devices)) return CrossDeviceOps::NcclAllReduce;
+  return CrossDeviceOps::HierarchicalCopyAllReduce;
 }
 
 InProcessAlgorithm in_process_algorithm(CrossDeviceOps ops) {

@@ -7,7 +7,9 @@
 //  - HierarchicalCopyAllReduce: the flat buffer is cut into one slice per replica and each
 //    replica reduces its slice (a reduce-scatter), then every replica gathers all slices
 //    (an all-gather) — the work is spread over the replicas.
-// NcclAllReduce needs the CUDA backend with NCCL, which this build does not provide.
+//  - NcclAllReduce: the replicas' all-reduces run on NCCL, one communicator per GPU
+//    (distribute/collective/nccl_communicator.h); it needs every replica on its own GPU.
+//    Cross-replica reductions (Strategy::reduce) fold as ReductionToOneDevice does.
 #pragma once
 
 #include <string>
@@ -27,8 +29,9 @@ const char* cross_device_ops_name(CrossDeviceOps ops);
 CrossDeviceOps cross_device_ops_from_name(const std::string& name);
 
 // What Default means for these devices (TensorFlow's choice): ReductionToOneDevice when
-// any device is a CPU, otherwise NcclAllReduce where available, else
-// HierarchicalCopyAllReduce. Throws for NcclAllReduce in a build without NCCL.
+// any device is a CPU, otherwise NcclAllReduce where NCCL can reduce them (several
+// distinct GPUs), else HierarchicalCopyAllReduce (one GPU, or logical GPUs sharing one).
+// Throws for NcclAllReduce in a build without NCCL or for devices NCCL cannot reduce.
 CrossDeviceOps resolve_cross_device_ops(CrossDeviceOps requested, const std::vector<Device>& devices);
 
 // The in-process collective algorithm implementing a (resolved) choice.

@@ -8,11 +8,20 @@
 namespace strata::distribute {
 
 namespace {
-// A contiguous CPU copy that the communicator may overwrite.
-Tensor own_cpu_copy(const Tensor& t) {
-  Tensor out = Tensor::empty(t.shape(), t.dtype(), Device());
+// A contiguous copy on the communicator's buffer device (cpu:0 for Gloo, the worker's GPU
+// for NCCL) that the communicator may overwrite.
+Tensor own_copy(const Tensor& t, Device device) {
+  Tensor out = Tensor::empty(t.shape(), t.dtype(), device);
   out.copy_(t);
   return out;
+}
+
+// `t` on the communicator's buffer device (a copy only when it lives elsewhere).
+Tensor on_buffer_device(const Tensor& t, Device device) { return t.device() == device ? t : t.to(device); }
+
+// Small host-side values (shapes, counts) read back on the host.
+std::vector<int64_t> host_int64(const Tensor& t) {
+  return (t.device().is_cpu() ? t : t.to(Device())).to_vector<int64_t>();
 }
 }  // namespace
 
@@ -23,7 +32,7 @@ Tensor cross_worker_all_reduce(Communicator& workers, ReduceOp op, const Tensor&
   const bool boolean = local.dtype() == kBool;
   STRATA_CHECK(!boolean || op == ReduceOp::Max || op == ReduceOp::Min, "cross-worker all_reduce(", reduce_op_name(op),
                "): bool values can only be reduced with max or min");
-  Tensor buffer = own_cpu_copy(boolean ? cast(local, kInt32) : local);
+  Tensor buffer = own_copy(boolean ? cast(local, kInt32) : local, workers.buffer_device());
   workers.all_reduce(buffer, across);
   if (boolean) buffer = cast(buffer, kBool);
   if (op == ReduceOp::Mean && total_replicas > 1) {
@@ -45,10 +54,11 @@ Tensor cross_worker_concat(Communicator& workers, const Tensor& value, int64_t a
   std::vector<int64_t> mine(value.shape().begin(), value.shape().end());
   mine.push_back(int64_t(value.dtype()));
   mine.push_back(rank);
-  Tensor my_shape = Tensor::from_vector(mine, {rank + 2}, kInt64);
-  Tensor shapes = Tensor::empty({int64_t(n) * (rank + 2)}, kInt64, Device());
+  const Device dev = workers.buffer_device();
+  Tensor my_shape = on_buffer_device(Tensor::from_vector(mine, {rank + 2}, kInt64, Device()), dev);
+  Tensor shapes = Tensor::empty({int64_t(n) * (rank + 2)}, kInt64, dev);
   workers.all_gather(my_shape, shapes);
-  const std::vector<int64_t> all = shapes.to_vector<int64_t>();
+  const std::vector<int64_t> all = host_int64(shapes);
   std::vector<Shape> part_shapes;
   int64_t max_numel = 0;
   for (int w = 0; w < n; ++w) {
@@ -63,9 +73,9 @@ Tensor cross_worker_concat(Communicator& workers, const Tensor& value, int64_t a
     part_shapes.push_back(std::move(shape));
   }
   // 2. Every worker's values, padded to the largest part (Gloo gathers equal sizes).
-  Tensor padded = zeros({std::max<int64_t>(max_numel, 1)}, value.dtype(), Device());
+  Tensor padded = zeros({std::max<int64_t>(max_numel, 1)}, value.dtype(), dev);
   if (value.numel() > 0) padded.slice(0, 0, value.numel()).copy_(reshape(value.contiguous(), {value.numel()}));
-  Tensor gathered = Tensor::empty({int64_t(n) * padded.numel()}, value.dtype(), Device());
+  Tensor gathered = Tensor::empty({int64_t(n) * padded.numel()}, value.dtype(), dev);
   workers.all_gather(padded, gathered);
   std::vector<Tensor> parts;
   for (int w = 0; w < n; ++w) {
@@ -120,9 +130,10 @@ Tensor cross_worker_reduce(Communicator& workers, CrossDeviceOps ops, ReduceOp o
     local = stack(placed, 0);
   }
   Tensor all = cross_worker_concat(workers, local, 0);
-  Tensor counts = Tensor::from_vector(std::vector<int64_t>{count}, {1}, kInt64);
+  Tensor counts = on_buffer_device(Tensor::from_vector(std::vector<int64_t>{count}, {1}, kInt64, Device()),
+                                  workers.buffer_device());
   workers.all_reduce(counts, ReduceOp::Sum);
-  const int64_t total_count = counts.to_vector<int64_t>()[0];
+  const int64_t total_count = host_int64(counts)[0];
   STRATA_CHECK(all.dim(0) > 0, "Strategy::reduce(", reduce_op_name(op), "): every replica's value on every worker is "
                "empty along axis ", *axis, ", so there is nothing to take the ", reduce_op_name(op), " of");
   std::vector<Tensor> rows;

@@ -4,6 +4,7 @@
 
 #include <strata/autograd/tape.h>
 #include <strata/core/ops.h>
+#include <strata/distribute/collective/nccl_communicator.h>
 #include <strata/distribute/cross_worker.h>
 #include <strata/distribute/strategy.h>
 
@@ -106,6 +107,9 @@ std::vector<Tensor> LocalReplicaContext::all_reduce(ReduceOp op, const std::vect
         // No barrier needed before the next merge: the first replica overwrites the shared
         // result only after every replica has arrived there, i.e. after copying this one.
         buffer.copy_(total);
+      } else if (LocalCollectiveGroup* nccl = strategy_.local_collectives()) {
+        // NcclAllReduce: each replica reduces its own GPU's buffer through its rank.
+        nccl->communicator(comm_.rank()).all_reduce(buffer, op);
       } else {
         comm_.all_reduce(buffer, op);
       }

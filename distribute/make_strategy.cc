@@ -28,6 +28,20 @@ std::string names_list() {
 // The replicas' devices from `replicas` / `devices`.
 std::vector<Device> replica_devices(const std::string& name, const StrategyOptions& o) {
   STRATA_CHECK(o.replicas >= 0, "make_strategy('", name, "'): replicas must be >= 0, got ", o.replicas);
+  STRATA_CHECK(o.virtual_gpus >= 0, "make_strategy('", name, "'): virtual_gpus must be >= 0, got ", o.virtual_gpus);
+  if (o.virtual_gpus > 1) {
+    // Each GPU split into virtual_gpus logical replicas (the GPU listed that many times).
+    std::vector<Device> gpus = o.devices.empty() ? MirroredStrategy::gpu_devices(1) : o.devices;
+    std::vector<Device> out;
+    for (const Device& d : gpus) {
+      STRATA_CHECK(d.is_cuda(), "make_strategy('", name, "'): virtual_gpus splits GPUs, but ", d, " is not one");
+      for (int k = 0; k < o.virtual_gpus; ++k) out.push_back(d);
+    }
+    STRATA_CHECK(o.replicas == 0 || o.replicas == int(out.size()), "make_strategy('", name, "'): ", o.replicas,
+                 " replicas requested but ", gpus.size(), " GPU(s) x ", o.virtual_gpus, " virtual GPUs give ",
+                 out.size());
+    return out;
+  }
   if (o.devices.empty()) return MirroredStrategy::cpu_devices(std::max(1, o.replicas));
   STRATA_CHECK(o.replicas == 0 || o.replicas == int(o.devices.size()), "make_strategy('", name, "'): ", o.replicas,
                " replicas requested but ", o.devices.size(), " devices given (one replica per device)");
@@ -48,6 +62,7 @@ void check_no(const std::string& name, bool given, const char* option) {
 std::unique_ptr<Strategy> make_strategy(const std::string& name, const StrategyOptions& options) {
   const bool ops_given = options.cross_device_ops != CrossDeviceOps::Default;
   if (name == "default") {
+    check_no(name, options.virtual_gpus > 1, "virtual_gpus");
     check_single_replica(name, options);
     STRATA_CHECK(options.devices.empty() || options.devices[0] == Device(), "make_strategy('default'): the default "
                  "strategy runs on ", Device(), ", not ", options.devices[0], " (use 'one_device')");
@@ -56,6 +71,7 @@ std::unique_ptr<Strategy> make_strategy(const std::string& name, const StrategyO
     return std::make_unique<DefaultStrategy>();
   }
   if (name == "one_device") {
+    check_no(name, options.virtual_gpus > 1, "virtual_gpus");
     check_single_replica(name, options);
     check_no(name, ops_given, "cross_device_ops");
     check_no(name, options.parameter_device.has_value(), "parameter_device");
@@ -63,8 +79,10 @@ std::unique_ptr<Strategy> make_strategy(const std::string& name, const StrategyO
   }
   if (name == "mirrored") {
     check_no(name, options.parameter_device.has_value(), "parameter_device");
-    return std::make_unique<MirroredStrategy>(replica_devices(name, options), options.cross_device_ops,
-                                              options.communication);
+    // Neither replicas nor devices: MirroredStrategy's own choice (every GPU, else cpu:0).
+    const bool pick = options.replicas == 0 && options.devices.empty() && options.virtual_gpus <= 1;
+    return std::make_unique<MirroredStrategy>(pick ? std::vector<Device>{} : replica_devices(name, options),
+                                              options.cross_device_ops, options.communication);
   }
   if (name == "central_storage") {
     check_no(name, ops_given, "cross_device_ops");
@@ -78,7 +96,9 @@ std::unique_ptr<Strategy> make_strategy(const std::string& name, const StrategyO
     check_no(name, options.parameter_device.has_value(), "parameter_device");
     ClusterResolver resolver = ClusterResolver::from_environment();
     std::vector<Device> local;
-    if (options.replicas > 0 || !options.devices.empty()) local = replica_devices(name, options);
+    if (options.replicas > 0 || !options.devices.empty() || options.virtual_gpus > 1) {
+      local = replica_devices(name, options);
+    }
     return std::make_unique<MultiWorkerMirroredStrategy>(std::move(resolver), options.communication, std::move(local));
   }
   if (name == "parameter_server") {

@@ -28,7 +28,12 @@ struct StrategyOptions {
   // one. With `devices` it must be 0 or equal to their number.
   int replicas = 0;
   // The replicas' devices (one_device: at most one; mirrored / central_storage: any).
+  // mirrored with neither replicas nor devices: every visible GPU, else cpu:0.
   std::vector<Device> devices = {};
+  // Logical replicas per GPU (TensorFlow's virtual GPUs, docs/GPU.md): each GPU of
+  // `devices` (every visible GPU when none are given) runs this many replicas. 0 or 1:
+  // one per GPU. mirrored, central_storage and multi_worker.
+  int virtual_gpus = 0;
   // mirrored only.
   CrossDeviceOps cross_device_ops = CrossDeviceOps::Default;
   // Collective timeouts and gradient packing (mirrored, central_storage).

@@ -9,6 +9,7 @@
 #include <strata/core/ops.h>
 #include <strata/core/thread_pool.h>
 #include <strata/distribute/collective/gloo_communicator.h>
+#include <strata/distribute/collective/nccl_communicator.h>
 #include <strata/distribute/collective/tcp_store.h>
 #include <strata/distribute/distributed_variable.h>
 
@@ -19,10 +20,23 @@ namespace {
 std::vector<Device> local_replica_devices(const ClusterResolver& resolver, std::vector<Device> devices) {
   if (devices.empty()) return MirroredStrategy::cpu_devices(resolver.replicas_per_worker().value_or(1));
   for (const Device& d : devices) {
-    STRATA_CHECK(d.is_cpu(), "MultiWorkerMirroredStrategy: device ", d,
-                 " is not supported: the cross-worker collectives run on Gloo, which reduces CPU tensors");
+    STRATA_CHECK(d.is_cpu() || d.index < MirroredStrategy::visible_gpus(), "MultiWorkerMirroredStrategy: device ", d,
+                 " is not available (strata was built without the CUDA backend, or no such GPU is present)");
   }
   return devices;
+}
+
+bool all_gpus(const std::vector<Device>& devices) {
+  return std::all_of(devices.begin(), devices.end(), [](const Device& d) { return d.is_cuda(); });
+}
+
+const char* implementation_name(CommunicationImplementation i) {
+  switch (i) {
+    case CommunicationImplementation::Auto: return "auto";
+    case CommunicationImplementation::Ring: return "ring";
+    case CommunicationImplementation::Nccl: return "nccl";
+  }
+  return "?";
 }
 
 bool is_loopback(const std::string& host) { return host == "localhost" || host.rfind("127.", 0) == 0; }
@@ -45,9 +59,17 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(ClusterResolver cluster
     : Strategy(local_replica_devices(cluster_resolver, std::move(local_devices)), options,
                CrossDeviceOps::ReductionToOneDevice, local_timeout(options)),
       resolver_(std::move(cluster_resolver)) {
-  STRATA_CHECK(options.implementation != CommunicationImplementation::Nccl,
-               "MultiWorkerMirroredStrategy: CommunicationImplementation::Nccl is not available in this build "
-               "(no NCCL across processes); use Auto or Ring (Gloo)");
+  // Between workers: NCCL when this worker's replicas are GPUs (Auto or Nccl), Gloo
+  // otherwise (Ring, or CPU replicas) — TensorFlow's CommunicationImplementation.
+  const bool gpus = all_gpus(devices());
+  const bool use_nccl = options.implementation == CommunicationImplementation::Nccl ||
+                        (options.implementation == CommunicationImplementation::Auto && gpus && nccl_available());
+  if (options.implementation == CommunicationImplementation::Nccl) {
+    STRATA_CHECK(gpus, "MultiWorkerMirroredStrategy: communication 'nccl' needs GPU replicas, but this worker runs on ",
+                 devices()[0], " (use auto or ring, which run Gloo on CPUs)");
+    STRATA_CHECK(nccl_available(), "MultiWorkerMirroredStrategy: communication 'nccl' is not available: strata was "
+                 "built without NCCL or no GPU is visible (use auto or ring)");
+  }
   const int workers = resolver_.num_workers();
   const int rank = resolver_.worker_rank();  // throws for ps / evaluator tasks
   set_workers(rank, workers);
@@ -58,25 +80,49 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(ClusterResolver cluster
     const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
     set_num_threads(std::max(1, cores / resolver_.local_size()));
   }
-  STRATA_CHECK(gloo_available(), "MultiWorkerMirroredStrategy: ", workers,
-               " workers need the Gloo backend, but strata was built without Gloo (libgloo-dev, STRATA_WITH_GLOO)");
+  STRATA_CHECK(use_nccl || gloo_available(), "MultiWorkerMirroredStrategy: ", workers,
+               " workers need the Gloo backend (communication '", implementation_name(options.implementation),
+               "' on ", devices()[0], "), but strata was built without Gloo (libgloo-dev, STRATA_WITH_GLOO)");
   const std::string host = resolver_.rendezvous_host();
   const int port = resolver_.rendezvous_port();
-  if (rank == 0) server_ = std::make_unique<TcpStoreServer>(port, is_loopback(host) ? "127.0.0.1" : "0.0.0.0");
-  store_ = std::make_shared<TcpStore>(host, port, options.timeout_seconds);
-  GlooCommunicatorOptions o;
-  o.rank = rank;
-  o.size = workers;
-  o.store = store_;
-  o.prefix = next_prefix();
-  const std::string address = resolver_.task_address();
-  o.hostname = !address.empty() ? split_host_port(address, "the task address").first
-                                : (is_loopback(host) ? "127.0.0.1" : "");
-  o.comm = options;
-  std::shared_ptr<Communicator> comm = make_gloo_communicator(o);
+  // Every worker proves it holds the job's secret to the store (docs/SECURITY.md); the
+  // chief's store listens on exactly the rendezvous address, never on every interface.
+  const JobSecret secret = JobSecret::require("MultiWorkerMirroredStrategy with " + std::to_string(workers) + " workers");
+  if (rank == 0) server_ = std::make_unique<TcpStoreServer>(port, host, TcpStoreServerOptions{.secret = secret});
+  store_ = std::make_shared<TcpStore>(host, port, options.timeout_seconds, secret);
+  std::shared_ptr<Communicator> comm;
+  if (use_nccl) {
+    // One NCCL rank per worker process, on its first local GPU; the local replicas are
+    // reduced on that GPU first (hierarchical), then across workers.
+    NcclProcessGroupOptions o;
+    o.rank = rank;
+    o.size = workers;
+    o.device = devices()[0];
+    o.store = store_;
+    o.prefix = next_prefix() + "/nccl";
+    o.comm = options;
+    comm = nccl_backend()->process_group(o);
+  } else {
+    GlooCommunicatorOptions o;
+    o.rank = rank;
+    o.size = workers;
+    o.store = store_;
+    o.prefix = next_prefix();
+    const std::string address = resolver_.task_address();
+    o.hostname = !address.empty() ? split_host_port(address, "the task address").first
+                                  : (is_loopback(host) ? "127.0.0.1" : "");
+    o.comm = options;
+    // Stall detection: the heartbeat thread's own store client, bounded by the stall
+    // timeout (a store that does not answer that long means the chief does not run).
+    o.heartbeat_store = std::make_shared<TcpStore>(host, port, options.stall_timeout_seconds, secret);
+    o.member = "worker";
+    o.store_host_rank = 0;  // the chief hosts the store
+    comm = make_gloo_communicator(o);
+  }
   // Every worker must run as many local replicas (TensorFlow requires the same number
   // of devices per worker): num_replicas_in_sync and the batch split assume it.
-  Tensor counts = Tensor::from_vector(std::vector<int64_t>{num_local_replicas(), -num_local_replicas()}, {2}, kInt64);
+  Tensor counts = Tensor::from_vector(std::vector<int64_t>{num_local_replicas(), -num_local_replicas()}, {2}, kInt64,
+                                      comm->buffer_device());
   comm->all_reduce(counts, ReduceOp::Max);
   const auto c = counts.to_vector<int64_t>();
   STRATA_CHECK(c[0] == -c[1], "MultiWorkerMirroredStrategy: workers run different numbers of local replicas (",
@@ -103,7 +149,14 @@ std::shared_ptr<autograd::VariableImpl> MultiWorkerMirroredStrategy::create_vari
     autograd::StopRecording no_tape;
     const std::vector<Tensor>& components = distributed->components();
     const Tensor& first = components[0];  // contiguous: a private copy of the initial value
-    workers->broadcast(first, 0);
+    if (first.device() == workers->buffer_device()) {
+      workers->broadcast(first, 0);
+    } else {
+      // GPU replicas with Gloo: broadcast a host copy.
+      Tensor staged = first.to(workers->buffer_device());
+      workers->broadcast(staged, 0);
+      first.copy_(staged);
+    }
     for (size_t i = 1; i < components.size(); ++i) components[i].copy_(first);
   }
   return impl;

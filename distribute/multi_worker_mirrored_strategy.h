@@ -12,18 +12,25 @@
 // worker connects a TcpStore client and a Gloo communicator to it (one key prefix per
 // strategy object, so several strategies of one job do not collide).
 //
-// Collectives are hierarchical: the local replicas are reduced first (in-process), the
-// first local replica all-reduces the result across workers through Gloo (buckets of
-// CommunicationOptions::bytes_per_pack, each bounded by timeout_seconds), and every local
-// replica copies it back. Variables created in scope() are broadcast from worker 0 when
+// Collectives are hierarchical: the local replicas are reduced first (in-process, in device
+// memory on GPUs), the first local replica all-reduces the result across workers (buckets
+// of CommunicationOptions::bytes_per_pack, each bounded by timeout_seconds), and every
+// local replica copies it back. Between workers CommunicationOptions::implementation
+// chooses, as TensorFlow's CommunicationImplementation: Nccl runs NCCL (one rank per
+// worker, on its first GPU; the unique id goes through the store); Ring runs Gloo; Auto
+// runs NCCL when this worker's replicas are GPUs and NCCL is available, else Gloo (which
+// stages GPU values through host memory). Local devices may be GPUs (cuda:N). Variables created in scope() are broadcast from worker 0 when
 // created, so every worker starts from the same values. Datasets are auto-sharded across
 // workers (InputOptions::auto_shard_policy, see distributed_dataset.h).
 //
-// Failures: a worker that dies or stalls makes every other worker's collective throw a
-// strata::Error within timeout_seconds (naming the rank when its process is gone); the
+// Failures: a worker that dies makes every other worker's collective throw at once; a
+// worker whose process stops running (SIGSTOP, a frozen machine: its heartbeat stops)
+// within options.stall_timeout_seconds; a worker that runs but does not arrive within
+// options.timeout_seconds. The error is a PeerFailure naming the worker ("worker 1 made
+// no progress for 60 s: ..."; distribute/collective/heartbeat.h defines a stall); the
 // local replicas waiting for it are released and run()/reduce() rethrow it. The
 // communicator stays broken afterwards: the job ends, and a relaunch resumes from the
-// latest checkpoint (TensorFlow's fault-tolerance model).
+// latest checkpoint (TensorFlow's fault-tolerance model; strata-launch --max-restarts).
 //
 // Workers that share a host split its cores: each worker's intra-op pool is sized
 // cores / (workers on this host) unless STRATA_NUM_THREADS is set.

@@ -1,5 +1,7 @@
 // The concrete single-process strategies: Default, OneDevice, Mirrored, CentralStorage.
 #include <strata/core/allocator.h>
+#include <strata/core/dispatch.h>
+#include <strata/core/stream.h>
 #include <strata/distribute/distributed_variable.h>
 #include <strata/distribute/strategy.h>
 
@@ -22,7 +24,8 @@ std::shared_ptr<autograd::VariableImpl> DefaultStrategy::create_variable(const T
 // ---- one device ----
 
 OneDeviceStrategy::OneDeviceStrategy(Device device) : Strategy({device}) {
-  STRATA_CHECK(device.is_cpu() || has_allocator(DeviceType::CUDA), "OneDeviceStrategy: device ", device,
+  // visible_gpus() first: it registers the (lazily registered) backends.
+  STRATA_CHECK(device.is_cpu() || device.index < MirroredStrategy::visible_gpus(), "OneDeviceStrategy: device ", device,
                " is not available (strata was built without the CUDA backend, or no GPU is present)");
 }
 
@@ -42,11 +45,36 @@ std::vector<Device> MirroredStrategy::cpu_devices(int n) {
   return d;
 }
 
+int MirroredStrategy::visible_gpus() {
+  // Backends register lazily (core/dispatch.h): run their registration before asking, or a
+  // process whose first act is to build a strategy sees no GPU.
+  ensure_backends_registered();
+  StreamBackend* b = stream_backend(DeviceType::CUDA);
+  return b && has_allocator(DeviceType::CUDA) ? b->device_count() : 0;
+}
+
+std::vector<Device> MirroredStrategy::gpu_devices(int replicas_per_gpu) {
+  STRATA_CHECK(replicas_per_gpu >= 1, "MirroredStrategy: the number of replicas per GPU must be >= 1, got ",
+               replicas_per_gpu);
+  const int n = visible_gpus();
+  STRATA_CHECK(n > 0, "MirroredStrategy: no GPU is visible (strata was built without the CUDA backend, or no CUDA "
+               "device is present)");
+  std::vector<Device> d;
+  for (int g = 0; g < n; ++g) {
+    for (int k = 0; k < replicas_per_gpu; ++k) d.push_back(cuda(g));
+  }
+  return d;
+}
+
 namespace {
-std::vector<Device> checked_devices(const char* who, std::vector<Device> devices) {
-  if (devices.empty()) devices = MirroredStrategy::cpu_devices(1);
+std::vector<Device> checked_devices(const char* who, std::vector<Device> devices, bool gpus_by_default = false) {
+  if (devices.empty()) {
+    // TensorFlow's MirroredStrategy() takes every visible GPU, else the CPU.
+    devices = gpus_by_default && MirroredStrategy::visible_gpus() > 0 ? MirroredStrategy::gpu_devices(1)
+                                                                       : MirroredStrategy::cpu_devices(1);
+  }
   for (const Device& d : devices) {
-    STRATA_CHECK(d.is_cpu() || has_allocator(DeviceType::CUDA), who, ": device ", d,
+    STRATA_CHECK(d.is_cpu() || d.index < MirroredStrategy::visible_gpus(), who, ": device ", d,
                  " is not available (strata was built without the CUDA backend, or no GPU is present)");
   }
   return devices;
@@ -55,7 +83,8 @@ std::vector<Device> checked_devices(const char* who, std::vector<Device> devices
 
 MirroredStrategy::MirroredStrategy(std::vector<Device> devices, CrossDeviceOps cross_device_ops,
                                    CommunicationOptions options)
-    : Strategy(checked_devices("MirroredStrategy", std::move(devices)), options, cross_device_ops) {}
+    : Strategy(checked_devices("MirroredStrategy", std::move(devices), /*gpus_by_default=*/true), options,
+               cross_device_ops) {}
 
 std::shared_ptr<autograd::VariableImpl> MirroredStrategy::create_variable(const Tensor& initial,
                                                                           const autograd::VariableOptions& options) {

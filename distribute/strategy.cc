@@ -7,6 +7,8 @@
 #include <strata/core/ops.h>
 #include <strata/core/thread_pool.h>
 #include <strata/distribute/collective/in_process.h>
+#include <strata/distribute/collective/peer_failure.h>
+#include <strata/distribute/collective/nccl_communicator.h>
 #include <strata/distribute/cross_worker.h>
 #include <strata/distribute/distributed_dataset.h>
 #include <strata/distribute/distributed_variable.h>
@@ -75,7 +77,10 @@ Strategy::Strategy(std::vector<Device> devices, CommunicationOptions options, Cr
   STRATA_CHECK(!devices_.empty(), "Strategy: at least one device is required");
   for (size_t i = 0; i < devices_.size(); ++i) {
     for (size_t j = 0; j < i; ++j) {
-      STRATA_CHECK(!(devices_[i] == devices_[j]), "Strategy: device ", devices_[i], " is listed twice");
+      // A GPU listed again is one more logical replica on it (virtual GPUs); logical CPU
+      // devices are free to name (cpu:N), so a repeated one is a mistake.
+      STRATA_CHECK(!(devices_[i] == devices_[j]) || devices_[i].is_cuda(), "Strategy: device ", devices_[i],
+                   " is listed twice");
     }
   }
   STRATA_CHECK(options_.timeout_seconds > 0, "Strategy: CommunicationOptions::timeout_seconds must be positive, got ",
@@ -86,6 +91,11 @@ Strategy::Strategy(std::vector<Device> devices, CommunicationOptions options, Cr
   group_ = std::make_shared<InProcessGroup>(int(devices_.size()),
                                             local_timeout_seconds > 0 ? local_timeout_seconds : options_.timeout_seconds,
                                             in_process_algorithm(cross_device_ops_));
+  if (cross_device_ops_ == CrossDeviceOps::NcclAllReduce && devices_.size() > 1) {
+    CommunicationOptions local = options_;
+    if (local_timeout_seconds > 0) local.timeout_seconds = local_timeout_seconds;
+    local_collectives_ = nccl_backend()->local_group(devices_, local);
+  }
   for (size_t r = 0; r < devices_.size(); ++r) {
     contexts_.push_back(std::make_unique<LocalReplicaContext>(*this, int(r), devices_[r], group_));
   }
@@ -155,18 +165,32 @@ void Strategy::run_replicas(const std::function<void(int)>& body) {
     });
   }
   group_->begin_round();
+  if (local_collectives_) local_collectives_->begin_round();
   std::mutex error_mutex;
   std::string first_error;
   int first_replica = -1;
-  auto record = [&](int r, const std::string& what) {
+  // A failure of another worker, kept as such (launchers tell causes by it). It wins over
+  // an earlier-recorded local error: with hierarchical reduction, the replica that runs the
+  // cross-worker call may record its PeerFailure after a sibling recorded the local abort
+  // that this same failure caused.
+  std::optional<PeerFailure> peer_failure;
+  int peer_replica = -1;
+  std::string peer_error;
+  auto record = [&](int r, const std::string& what, const PeerFailure* peer = nullptr) {
     {
       std::lock_guard<std::mutex> lock(error_mutex);
       if (first_replica < 0) {
         first_replica = r;
         first_error = what;
       }
+      if (peer && !peer_failure) {
+        peer_failure = *peer;
+        peer_replica = r;
+        peer_error = what;
+      }
     }
     group_->abort("replica " + std::to_string(r) + " failed: " + what);
+    if (local_collectives_) local_collectives_->abort("replica " + std::to_string(r) + " failed: " + what);
   };
   threads_->run([&](int r) {
     {
@@ -176,6 +200,8 @@ void Strategy::run_replicas(const std::function<void(int)>& body) {
       DeviceGuard on_device(devices_[size_t(r)]);
       try {
         body(r);
+      } catch (const PeerFailure& e) {
+        record(r, e.what(), &e);
       } catch (const std::exception& e) {
         record(r, e.what());
       } catch (...) {
@@ -184,7 +210,9 @@ void Strategy::run_replicas(const std::function<void(int)>& body) {
       detail::set_replica_context(nullptr);
     }
     group_->finish(r);
+    if (local_collectives_) local_collectives_->finish(r);
   });
+  if (peer_failure) throw peer_failure->with_message("replica " + std::to_string(peer_replica) + ": " + peer_error);
   if (first_replica >= 0) throw Error("replica " + std::to_string(first_replica) + ": " + first_error);
 }
 

@@ -47,6 +47,7 @@ namespace strata::distribute {
 class Strategy;
 class ReplicaThreads;
 class InProcessGroup;
+class LocalCollectiveGroup;
 
 // RAII: makes a strategy current on this thread (variables created inside are created by
 // it). Entering a different strategy's scope inside another raises, as in TensorFlow
@@ -123,8 +124,12 @@ class Strategy {
 
   // Runs fn(args...) once per local replica; PerReplica arguments give each replica its
   // component, other arguments are passed to every replica. Returns a PerReplica of the
-  // results (nothing for a void fn). Cross-replica context only.
-  template <typename Fn, typename... Args>
+  // results (nothing for a void fn). Cross-replica context only. The constraints
+  // (distribute/values.h) reject, by name, an argument that is an std::optional of a
+  // per-replica value (RunArgument) and a fn that cannot take what each replica
+  // receives (ReplicaCallable).
+  template <typename Fn, RunArgument... Args>
+    requires ReplicaCallable<Fn, Args...>
   auto run(Fn&& fn, const Args&... args) {
     using R = std::decay_t<std::invoke_result_t<Fn&, decltype(select_replica(args, 0))...>>;
     (check_run_argument(args), ...);
@@ -191,6 +196,10 @@ class Strategy {
   const CommunicationOptions& communication_options() const { return options_; }
   // Where cross-replica results (reduce, gather) are placed.
   Device reduce_device() const;
+  // The NCCL communicators of the local replicas (one per GPU) when the cross-device ops
+  // are NcclAllReduce with several local replicas; nullptr otherwise (the replicas then
+  // reduce through the in-process backend, in device memory on GPUs).
+  LocalCollectiveGroup* local_collectives() const { return local_collectives_.get(); }
 
   // Throws unless the calling thread may call a cross-replica method of this strategy:
   // not in its replica context, not inside a different strategy's scope or replica.
@@ -228,6 +237,7 @@ class Strategy {
   std::shared_ptr<Communicator> worker_comm_;
   StrategyExtended extended_;
   std::shared_ptr<InProcessGroup> group_;
+  std::unique_ptr<LocalCollectiveGroup> local_collectives_;
   std::vector<std::unique_ptr<LocalReplicaContext>> contexts_;
   std::mutex run_mutex_;  // one run() at a time
   std::unique_ptr<ReplicaThreads> threads_;
@@ -267,9 +277,12 @@ class OneDeviceStrategy final : public Strategy {
 };
 
 // One replica per device, variables mirrored on every device and kept equal by identical
-// updates. Without devices: one replica on cpu:0 (TensorFlow's choice without GPUs); use
-// cpu_devices(n) for n logical CPU devices. cross_device_ops chooses how the replicas'
-// tensors are combined (distribute/cross_device_ops.h).
+// updates. Without devices: one replica per visible GPU (reduced with NCCL when there are
+// several), else one replica on cpu:0 — TensorFlow's choice; use cpu_devices(n) for n
+// logical CPU devices. A GPU listed k times runs k logical replicas on it (TensorFlow's
+// virtual GPUs; gpu_devices(k), strata-train --virtual-gpus k): they reduce in device
+// memory, since NCCL refuses two ranks on one GPU (docs/GPU.md). cross_device_ops chooses
+// how the replicas' tensors are combined (distribute/cross_device_ops.h).
 class MirroredStrategy : public Strategy {
  public:
   explicit MirroredStrategy(std::vector<Device> devices = {},
@@ -277,6 +290,11 @@ class MirroredStrategy : public Strategy {
                             CommunicationOptions options = {});
   // cpu:0 .. cpu:n-1.
   static std::vector<Device> cpu_devices(int n);
+  // Every visible GPU, each listed `replicas_per_gpu` times (logical GPUs); throws when
+  // no GPU is visible (built without CUDA, or no device).
+  static std::vector<Device> gpu_devices(int replicas_per_gpu = 1);
+  // The number of GPUs visible to strata (0 without the CUDA backend or a device).
+  static int visible_gpus();
   std::string name() const override { return "mirrored"; }
 
  protected:

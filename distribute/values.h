@@ -3,7 +3,10 @@
 // values are known to be equal.
 #pragma once
 
+#include <concepts>
+#include <optional>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <strata/core/error.h>
@@ -50,5 +53,25 @@ const auto& select_replica(const T& arg, int replica) {
     return arg;
   }
 }
+
+// ---- what Strategy::run accepts (its constraints name the argument that does not fit) ----
+
+// The type replica r receives for a run() argument of type T.
+template <typename T>
+using replica_value_t = decltype(select_replica(std::declval<const T&>(), 0));
+
+template <typename T> struct is_optional_per_replica : std::false_type {};
+template <typename T> struct is_optional_per_replica<std::optional<T>> : is_per_replica<T> {};
+
+// A run() argument: a PerReplica / Mirrored value (each replica receives its component) or
+// any other value (every replica receives it). Not an std::optional of a per-replica value
+// — DistributedIterator::next()'s result: test it and pass the value,
+//   if (auto batch = iterator.next()) strategy.run(step, *batch);
+template <typename T>
+concept RunArgument = !is_optional_per_replica<std::remove_cvref_t<T>>::value;
+
+// fn can be called with what each replica receives for args (replica_value_t<Args>...).
+template <typename Fn, typename... Args>
+concept ReplicaCallable = std::invocable<Fn&, replica_value_t<Args>...>;
 
 }  // namespace strata::distribute

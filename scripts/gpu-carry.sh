@@ -6,7 +6,8 @@
 #
 #   third_party_carry/include, lib/, share/   Eigen 3.4, Catch2 2.x (single header, CMake
 #                                             files, Catch2WithMain), CLI11, nlohmann-json,
-#                                             zlib (headers + static libz.a) — each laid out
+#                                             zlib (headers + static libz.a), libsodium
+#                                             (headers + static libsodium.a) — each laid out
 #                                             as its Debian package installs it under /usr,
 #                                             so its CMake config files work from here
 #   third_party_carry/shared/golden           ../shared/golden (strata-golden's cases)
@@ -46,6 +47,7 @@ need /usr/include/eigen3/Eigen/Core /usr/share/eigen3/cmake/Eigen3Config.cmake \
   /usr/include/CLI/CLI.hpp /usr/share/cmake/CLI11/CLI11Config.cmake \
   /usr/include/nlohmann/json.hpp /usr/share/cmake/nlohmann_json/nlohmann_jsonConfig.cmake \
   /usr/include/zlib.h /usr/include/zconf.h /usr/lib/x86_64-linux-gnu/libz.a \
+  /usr/include/sodium.h /usr/include/sodium /usr/lib/x86_64-linux-gnu/libsodium.a \
   "$shared/golden/cases" "$shared/data/mnist"
 
 rm -rf "$carry"
@@ -65,8 +67,11 @@ cp -a /usr/share/cmake/nlohmann_json "$carry/share/cmake/"
 # that strata's MNIST reader links where zlib1g-dev is absent.
 cp -a /usr/include/zlib.h /usr/include/zconf.h "$carry/include/"
 cp -a /usr/lib/x86_64-linux-gnu/libz.a "$carry/lib/"
+# libsodium: job authentication (docs/SECURITY.md); static and position-independent too.
+cp -a /usr/include/sodium.h /usr/include/sodium "$carry/include/"
+cp -a /usr/lib/x86_64-linux-gnu/libsodium.a "$carry/lib/"
 
-for pkg in libeigen3-dev catch2 libcli11-dev nlohmann-json3-dev zlib1g-dev; do
+for pkg in libeigen3-dev catch2 libcli11-dev nlohmann-json3-dev zlib1g-dev libsodium-dev; do
   if [ -f "/usr/share/doc/$pkg/copyright" ]; then cp "/usr/share/doc/$pkg/copyright" "$carry/licenses/$pkg.copyright"; fi
 done
 
@@ -79,7 +84,7 @@ chmod -R u+w "$carry"
 {
   echo "third_party_carry: filled by scripts/gpu-carry.sh on $(hostname) at $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "packages:"
-  dpkg-query -W -f='  ${Package} ${Version}\n' libeigen3-dev catch2 libcli11-dev nlohmann-json3-dev zlib1g-dev 2>/dev/null || true
+  dpkg-query -W -f='  ${Package} ${Version}\n' libeigen3-dev catch2 libcli11-dev nlohmann-json3-dev zlib1g-dev libsodium-dev 2>/dev/null || true
   echo "shared: $shared ($(ls "$shared/golden/cases" | wc -l) golden case files; mnist: $(ls "$shared/data/mnist" | tr '\n' ' '))"
   echo "sizes:"
   du -sh "$carry"/include/* "$carry"/lib "$carry"/shared/golden "$carry"/shared/data/mnist | sed "s|$carry/|  |"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Tries scripts/gpu-check.sh HERE, on a Debian machine without a GPU, in a private mount
 # namespace that looks like the lent GPU machine to strata's build: Debian's Eigen, Catch2,
-# CLI11, nlohmann-json, zlib headers and dev library, OpenBLAS, protobuf, Gloo and ZeroMQ
+# CLI11, nlohmann-json, zlib and libsodium headers and dev libraries, OpenBLAS, protobuf, Gloo and ZeroMQ
 # are hidden, and cuDNN/NCCL exist only as PyTorch's wheels ship them (a fake
 # site-packages/nvidia/{cudnn,nccl} on PYTHONPATH, versioned .so names only). What it
 # proves: gpu-carry.sh's folder and the build switches suffice to configure and build, the
@@ -28,10 +28,10 @@ fi
 if [ ! -d "$sim/usr-include" ]; then
   mkdir -p "$sim"
   cp -al /usr/include "$sim/usr-include"
-  (cd "$sim/usr-include" && rm -rf eigen3 catch2 CLI nlohmann zlib.h zconf.h google gloo zmq.h zmq.hpp zmq_addon.hpp \
+  (cd "$sim/usr-include" && rm -rf eigen3 catch2 CLI nlohmann zlib.h zconf.h sodium.h sodium google gloo zmq.h zmq.hpp zmq_addon.hpp \
     zmq_utils.h x86_64-linux-gnu/cblas* x86_64-linux-gnu/f77blas.h x86_64-linux-gnu/openblas* x86_64-linux-gnu/lapack*)
   cp -al /usr/lib/x86_64-linux-gnu "$sim/usr-lib"
-  (cd "$sim/usr-lib" && rm -rf libz.so libz.a libprotobuf* libprotoc* openblas-pthread openblas-serial libopenblas* \
+  (cd "$sim/usr-lib" && rm -rf libz.so libz.a libsodium.so libsodium.a libprotobuf* libprotoc* openblas-pthread openblas-serial libopenblas* \
     libblas* liblapack* libgloo* libzmq.so libzmq.a cmake/openblas pkgconfig/zlib.pc pkgconfig/protobuf* \
     pkgconfig/libzmq.pc pkgconfig/openblas* pkgconfig/blas*)
   cp -al "$cuda/include" "$sim/cuda-include"

@@ -10,12 +10,15 @@
 #          configures build-gpucheck/ with CUDA ON for sm_90 only, without OpenBLAS,
 #          protobuf, Gloo and ZeroMQ, the header-only packages from third_party_carry/;
 #          builds the CUDA tests, strata-golden, strata-train and strata-bench (-j cores)
-#   test   ctest -L "^cuda$" (the GPU tests: CPU-vs-CUDA parity of every op) and
-#          -L "^cuda-emulation$"; strata-golden --device cuda:0 (and on the CPU, for
-#          comparison); strata-train --model cnn on the carried MNIST under
-#          one_device(cuda:0) (and cpu:0)
-#   bench  strata-bench gpu --device cuda:0 and bench/compare/torch_gpu.py (PyTorch, same
-#          GPU, same call), merged with ratios
+#   test   ctest -L "^cuda$" (the GPU tests: CPU-vs-CUDA parity of every op, and NCCL:
+#          1-rank collectives in every dtype, Mirrored over 2 logical GPUs and
+#          OneDevice(cuda:0) against the CPU) and -L "^cuda-emulation$"; strata-golden
+#          --device cuda:0 (and on the CPU, for comparison); strata-train --model cnn on the
+#          carried MNIST under one_device(cuda:0) (and cpu:0), and under mirrored over 2
+#          logical GPUs of cuda:0 (--virtual-gpus 2)
+#   bench  strata-bench gpu --device cuda:0 (with the all-reduce bus bandwidth of cuda:0's
+#          2 logical replicas) and bench/compare/torch_gpu.py (PyTorch, same GPU, same
+#          call), merged with ratios
 #   all    all three, most valuable first (the emulation tests, which need no GPU, last)
 #
 # test and bench build what they need first (a no-op when an earlier call on the same
@@ -336,6 +339,25 @@ train() {  # train DEVICE CAP
   fi
 }
 
+# Mirrored over 2 logical GPUs of one device (they reduce in device memory: NCCL refuses
+# two ranks on one GPU). The report lands as train-mirrored2_<dev>.json.
+train_virtual() {  # train_virtual DEVICE CAP
+  local dev=$1 cap=$2 tag=mirrored2_${1//:/_}
+  if ! have_bin strata-train; then
+    skip "train $dev x2 logical" "strata-train was not built"
+    return
+  fi
+  rm -rf "$work/model-$tag"
+  stage "train cnn mirrored $dev x2 logical" "$cap" "$bin/strata-train" --model cnn --data "mnist:$shared/data/mnist" \
+    --strategy mirrored --devices "$dev" --virtual-gpus 2 --steps "$train_steps" --steps-per-loop 100 \
+    --global-batch 128 --model-dir "$work/model-$tag" --report "$work/train-$tag.json"
+  if [ -f "$work/train-$tag.json" ]; then
+    cp "$work/train-$tag.json" "$out/train-cnn-$tag.json"
+    "$python" -c 'import json,sys; r=json.load(open(sys.argv[1])); print("gpu-check: result train cnn mirrored %s x2 logical: eval accuracy %.4f, loss %.4f, %.1f steps/s, %d replicas" % (sys.argv[2], r["eval_accuracy"], r["eval_loss"], r.get("steps_per_sec", 0), r.get("replicas", 0)))' \
+      "$work/train-$tag.json" "$dev" | tee -a "$log"
+  fi
+}
+
 # ---- bench ----
 bench_strata() {
   if ! have_bin strata-bench; then
@@ -359,7 +381,7 @@ bench_torch() {
 
 # ---- the run ----
 probe
-test_targets=(strata_cuda_tests strata_cuda_emulation_tests strata-golden strata-train)
+test_targets=(strata_cuda_tests strata_cuda_nccl_tests strata_cuda_emulation_tests strata-golden strata-train)
 bench_targets=(strata-bench)
 case "$mode" in
   build)
@@ -370,6 +392,7 @@ case "$mode" in
     ctest_label cuda 180
     golden "$device"
     train "$device" 150
+    train_virtual "$device" 150
     golden cpu
     train cpu:0 90
     ctest_label cuda-emulation 240
@@ -384,6 +407,7 @@ case "$mode" in
     ctest_label cuda 180
     golden "$device"
     train "$device" 150
+    train_virtual "$device" 150
     bench_strata
     bench_torch
     golden cpu

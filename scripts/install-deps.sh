@@ -9,8 +9,10 @@ packages=(
   catch2 zlib1g-dev nlohmann-json3-dev libcli11-dev
   libgloo-dev
   libzmq3-dev cppzmq-dev
+  libsodium-dev
   libprotobuf-dev protobuf-compiler
   python3-protobuf python3-crc32c python3-numpy
+  python3-venv  # tests/interop: the pinned virtual environment of the interop tests
 )
 
 missing=()

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Builds strata and runs every test: the normal build's suite (warnings as errors), then
+# Builds strata and runs every test: the normal build's suite (warnings as errors; it
+# includes install/consumer, which installs the build into a temporary prefix and builds
+# and runs examples/consumer against it, scripts/check-install.sh), then
 # the suite under AddressSanitizer + UndefinedBehaviorSanitizer, then the concurrency
 # tests (replica threads, prefetch, collectives) under ThreadSanitizer. Closes with a table
 # of each stage's wall time.

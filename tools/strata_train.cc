@@ -2,13 +2,21 @@
 // the Orbit-style Controller, with checkpoints, TensorBoard summaries and a JSON report.
 // The flags and report keys are a contract (../shared/DESIGN.md); run --help for them.
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
 #include <chrono>
+#include <cstring>
+#include <optional>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include <strata/strata.h>
+#include <strata/train/checkpoint_file.h>
+#include <strata/train/directory_lock.h>
 #include "tools/train/ps_train.h"
 
 using namespace strata;
@@ -20,11 +28,57 @@ struct Config {
   std::string model = "mlp", data = "synthetic", strategy = "default", devices, model_dir, report,
               precision = "float32", optimizer = "adam";
   int replicas = 0;
+  // Logical replicas per GPU (docs/GPU.md); communication between workers (multi_worker).
+  int virtual_gpus = 0;
+  std::string communication = "auto";
   int64_t steps = 1000, steps_per_loop = 100, global_batch = 128, eval_steps = -1, eval_interval = 0, seed = 1;
   double learning_rate = 1e-3;
+  // Multi-worker collectives: a stalled worker (no heartbeat) is named after
+  // collective_timeout; a live but lagging one after collective_hard_timeout (0: the
+  // larger of 300 s and collective_timeout).
+  double collective_timeout = 60.0, collective_hard_timeout = 0.0;
   int64_t train_examples = 8000, eval_examples = 2000;
+  // Whether --train-examples / --eval-examples were given (they override the MNIST split).
+  bool train_examples_given = false, eval_examples_given = false;
   bool quiet = false, verbose = false;
+  // Keras's TerminateOnNaN (on unless --no-terminate-on-nan); --restore-checkpoint PATH
+  // resumes from PATH instead of the latest checkpoint (e.g. when the latest is damaged).
+  bool no_terminate_on_nan = false;
+  std::string restore_checkpoint;
 };
+
+// Integer flags: CLI11's range check would call "abc" "not in range"; say what is wrong.
+const CLI::Validator kIntegerFlag(
+    [](std::string& v) {
+      int64_t parsed = 0;
+      const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), parsed);
+      if (ec == std::errc::result_out_of_range) return "'" + v + "' is out of the 64-bit integer range";
+      if (ec != std::errc() || end != v.data() + v.size()) return "'" + v + "' is not an integer";
+      return std::string();
+    },
+    "INT", "integer");
+
+// Fails now, before any data is loaded or step trained, when the report could not be
+// written at the end (an unwritable --report used to fail only after the whole run). The
+// probe opens the file itself for writing without truncating it, and removes it again
+// when it did not exist (missing parent directories are created, as the run would).
+void check_report_writable(const fs::path& report) {
+  std::error_code ec;
+  const bool existed = fs::exists(report, ec);
+  STRATA_CHECK(!fs::is_directory(report, ec), "--report ", report.string(), " is a directory");
+  // The report may live in a directory the run creates (often --model-dir): create it now.
+  if (report.has_parent_path() && !fs::exists(report.parent_path(), ec)) {
+    fs::create_directories(report.parent_path(), ec);
+    STRATA_CHECK(!ec, "--report ", report.string(), " cannot be written: creating ", report.parent_path().string(),
+                 " failed (", ec.message(), "); checked before training so that a run's result is not lost");
+  }
+  {
+    std::ofstream probe(report, std::ios::app);
+    STRATA_CHECK(probe.good(), "--report ", report.string(), " cannot be written (",
+                 std::strerror(errno), "); checked before training so that a run's result is not lost");
+  }
+  if (!existed) fs::remove(report, ec);
+}
 
 struct Datasets {
   data::LabeledArrays train, eval;
@@ -43,7 +97,23 @@ Datasets load_data(const Config& c) {
     d.train = all.slice(0, c.train_examples);
     d.eval = all.slice(c.train_examples, all.size());
     d.description = "synthetic (" + std::to_string(o.num_examples) + " examples)";
+  } else if (c.data.rfind("mnist:", 0) == 0 && data::has_mnist_split(c.data.substr(6), data::Split::Train)) {
+    // Keras's split: the train files (60,000 images) train, the test files (10,000)
+    // evaluate; --train-examples / --eval-examples keep the first N of each.
+    const std::string dir = c.data.substr(6);
+    data::LabeledArrays train = data::read_mnist(dir, data::Split::Train);
+    data::LabeledArrays test = data::read_mnist(dir, data::Split::Test);
+    const int64_t n_train = c.train_examples_given ? c.train_examples : train.size();
+    const int64_t n_eval = c.eval_examples_given ? c.eval_examples : test.size();
+    STRATA_CHECK(n_train <= train.size() && n_eval <= test.size(), "strata-train: ", dir, " holds ", train.size(),
+                 " train and ", test.size(), " test images, fewer than --train-examples ", n_train,
+                 " / --eval-examples ", n_eval);
+    d.train = train.slice(0, n_train);
+    d.eval = test.slice(0, n_eval);
+    d.description = "mnist " + dir + " (" + std::to_string(n_train) + " train images train, " +
+                    std::to_string(n_eval) + " test images evaluate)";
   } else if (c.data.rfind("mnist:", 0) == 0) {
+    // Only the test files: the first 8,000 train and the last 2,000 evaluate.
     const std::string dir = c.data.substr(6);
     data::LabeledArrays all = data::read_mnist(dir, data::Split::Test);
     STRATA_CHECK(all.size() >= c.train_examples + c.eval_examples, "strata-train: ", dir, " holds ", all.size(),
@@ -79,6 +149,16 @@ std::unique_ptr<distribute::Strategy> build_strategy(const Config& c) {
     std::string item;
     while (std::getline(ss, item, ',')) o.devices.push_back(Device::parse(item));
   }
+  o.virtual_gpus = c.virtual_gpus;
+  o.communication.implementation = c.communication == "nccl"   ? distribute::CommunicationImplementation::Nccl
+                                   : c.communication == "ring" ? distribute::CommunicationImplementation::Ring
+                                                               : distribute::CommunicationImplementation::Auto;
+  o.communication.stall_timeout_seconds = c.collective_timeout;
+  o.communication.timeout_seconds =
+      c.collective_hard_timeout > 0 ? c.collective_hard_timeout : std::max(300.0, c.collective_timeout);
+  STRATA_CHECK(o.communication.timeout_seconds >= c.collective_timeout, "--collective-hard-timeout (",
+               c.collective_hard_timeout, " s) is shorter than --collective-timeout (", c.collective_timeout,
+               " s); a stall could then never be told from a slow step");
   return distribute::make_strategy(c.strategy, o);
 }
 
@@ -179,6 +259,12 @@ int run_parameter_server_job(const Config& c) {
 
 int run(const Config& c) {
   const auto t0 = std::chrono::steady_clock::now();
+  if (!c.report.empty()) check_report_writable(c.report);
+  STRATA_CHECK(c.restore_checkpoint.empty() || train::checkpoint_exists(c.restore_checkpoint),
+               "--restore-checkpoint ", c.restore_checkpoint, ": no checkpoint there (expected ",
+               c.restore_checkpoint, ".manifest.json; give the prefix, e.g. DIR/checkpoints/ckpt-200)");
+  STRATA_CHECK(c.restore_checkpoint.empty() || c.strategy != "parameter_server",
+               "--restore-checkpoint is not supported with --strategy parameter_server");
   if (c.strategy == "parameter_server") return run_parameter_server_job(c);
   auto strategy = build_strategy(c);
   Datasets d = load_data(c);
@@ -207,9 +293,13 @@ int run(const Config& c) {
   if (model_dir.empty()) {
     // Every worker of a job must agree on the directory (the chief writes it, the others
     // resume from it), so a job's default is named after its rendezvous address.
+    // strata-launch's STRATA_JOB_ID stays the same across --max-restarts relaunches (the
+    // rendezvous port does not), so a relaunched job finds its checkpoints.
     const auto* mw = dynamic_cast<const distribute::MultiWorkerMirroredStrategy*>(strategy.get());
+    const char* job_id = std::getenv("STRATA_JOB_ID");
     const std::string id = mw && strategy->num_workers() > 1
-                               ? "job-" + std::to_string(mw->cluster_resolver().rendezvous_port())
+                               ? "job-" + (job_id && *job_id ? std::string(job_id)
+                                                             : std::to_string(mw->cluster_resolver().rendezvous_port()))
                                : std::to_string(::getpid());
     model_dir = fs::temp_directory_path() / ("strata-train-" + id);
   }
@@ -221,8 +311,16 @@ int run(const Config& c) {
   // Multi-worker: only the chief writes under --model-dir; the other workers write their
   // checkpoints to temporary directories that they delete (TensorFlow's write_dirpath)
   // and resume from the chief's latest checkpoint.
+  // One job per model directory: the chief, which writes it, holds its lock until exit.
+  std::optional<train::DirectoryLock> model_dir_lock;
+  if (chief) {
+    model_dir_lock.emplace(model_dir, "strata-train");
+    if (model_dir_lock->took_over_stale())
+      std::cerr << "strata-train: took over the lock of a job that ended without releasing it ("
+                << model_dir_lock->path().string() << ")\n";
+  }
   distribute::WriteDir checkpoint_dir(model_dir / "checkpoints", *strategy);
-  if (checkpoint_dir.temporary()) {
+  if (checkpoint_dir.temporary() && c.restore_checkpoint.empty()) {
     const std::optional<std::string> latest =
         train::CheckpointManager(checkpoint, model_dir / "checkpoints", 1).latest_checkpoint();
     if (latest) {
@@ -240,6 +338,8 @@ int run(const Config& c) {
   co.global_step = global_step;
   co.steps_per_loop = c.steps_per_loop;
   co.checkpoint_manager = &manager;
+  co.terminate_on_nan = !c.no_terminate_on_nan;
+  co.initial_checkpoint = c.restore_checkpoint;
   co.summary_dir = chief ? (model_dir / "summaries").string() : "";
   co.eval_summary_dir = chief ? (model_dir / "summaries" / "eval").string() : "";
   co.progress.verbosity = c.quiet ? train::Verbosity::Quiet : (c.verbose ? train::Verbosity::Verbose : train::Verbosity::Normal);
@@ -247,19 +347,28 @@ int run(const Config& c) {
             << strategy->num_replicas_in_sync() << " replica(s), global batch " << c.global_batch << "\n";
   train::Controller controller(co);
   const int64_t start_step = controller.global_step();
+  if (start_step >= c.steps) {
+    std::cerr << "strata-train: nothing to train: " << (model_dir / "checkpoints").string() << " is at step "
+              << start_step << " and --steps is " << c.steps << "; evaluating the restored model\n";
+  }
   const auto train_t0 = std::chrono::steady_clock::now();
   controller.train_and_evaluate(c.steps, c.eval_steps, c.eval_interval > 0 ? c.eval_interval : c.steps);
   const double train_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - train_t0).count();
   const auto& eval = controller.last_eval_outputs();
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double trained_steps = double(controller.global_step() - start_step);
+  // Only what this run measured: values it did not measure (no step trained, so no train
+  // loss or throughput) are null, never a zero that reads like a result.
+  const bool trained = trained_steps > 0 && train_seconds > 0;
+  const auto& train_out = controller.last_train_outputs();
   nlohmann::json report = {
       {"steps", controller.global_step()},
-      {"final_train_loss", controller.last_train_outputs().count("loss") ? controller.last_train_outputs().at("loss") : 0.0},
-      {"eval_loss", eval.count("loss") ? eval.at("loss") : 0.0},
-      {"eval_accuracy", eval.count("accuracy") ? eval.at("accuracy") : 0.0},
-      {"examples_per_sec", train_seconds > 0 ? trained_steps * double(c.global_batch) / train_seconds : 0.0},
-      {"steps_per_sec", train_seconds > 0 ? trained_steps / train_seconds : 0.0},
+      {"trained_steps", int64_t(trained_steps)},
+      {"final_train_loss", trained && train_out.count("loss") ? nlohmann::json(train_out.at("loss")) : nlohmann::json()},
+      {"eval_loss", eval.count("loss") ? nlohmann::json(eval.at("loss")) : nlohmann::json()},
+      {"eval_accuracy", eval.count("accuracy") ? nlohmann::json(eval.at("accuracy")) : nlohmann::json()},
+      {"examples_per_sec", trained ? nlohmann::json(trained_steps * double(c.global_batch) / train_seconds) : nlohmann::json()},
+      {"steps_per_sec", trained ? nlohmann::json(trained_steps / train_seconds) : nlohmann::json()},
       {"wall_seconds", wall},
       {"replicas", strategy->num_replicas_in_sync()},
       {"workers", strategy->num_workers()},
@@ -267,6 +376,8 @@ int run(const Config& c) {
       {"precision", c.precision},
       {"model", c.model},
       {"data", c.data},
+      {"train_examples", d.train.size()},
+      {"eval_examples", d.eval.size()},
       {"checkpoint", controller.last_checkpoint()},
   };
   if (chief) {
@@ -294,35 +405,62 @@ int main(int argc, char** argv) {
   app.add_option("--strategy", c.strategy, "distribution strategy")
       ->check(CLI::IsMember({"default", "one_device", "mirrored", "multi_worker", "central_storage", "parameter_server"}));
   app.add_option("--replicas", c.replicas, "replicas on logical CPU devices (mirrored, central_storage)")
-      ->check(CLI::Range(1, 64));
-  app.add_option("--devices", c.devices, "comma-separated devices, e.g. cpu:0,cpu:1");
-  app.add_option("--steps", c.steps, "global step to train up to")->check(CLI::Range(int64_t(0), int64_t(1) << 40));
+      ->check(kIntegerFlag)->check(CLI::Range(1, 64));
+  app.add_option("--devices", c.devices, "comma-separated devices, e.g. cpu:0,cpu:1 or cuda:0,cuda:1");
+  app.add_option("--virtual-gpus", c.virtual_gpus,
+                 "logical replicas per GPU of --devices (default: every visible GPU); mirrored, central_storage, "
+                 "multi_worker")
+      ->check(kIntegerFlag)->check(CLI::Range(1, 64));
+  app.add_option("--communication", c.communication, "collectives between workers (multi_worker): auto (NCCL for "
+                 "GPU replicas, else Gloo), ring (Gloo), nccl")
+      ->check(CLI::IsMember({"auto", "ring", "nccl"}));
+  app.add_option("--steps", c.steps, "global step to train up to")->check(kIntegerFlag)->check(CLI::Range(int64_t(0), int64_t(1) << 40));
   app.add_option("--steps-per-loop", c.steps_per_loop, "steps per inner loop (summaries, progress)")
-      ->check(CLI::Range(int64_t(1), int64_t(1) << 40));
+      ->check(kIntegerFlag)->check(CLI::Range(int64_t(1), int64_t(1) << 40));
   app.add_option("--global-batch", c.global_batch, "global batch size across all replicas")
-      ->check(CLI::Range(int64_t(1), int64_t(1) << 30));
+      ->check(kIntegerFlag)->check(CLI::Range(int64_t(1), int64_t(1) << 30));
   app.add_option("--eval-steps", c.eval_steps, "evaluation steps (-1: the whole evaluation split)")
-      ->check(CLI::Range(int64_t(-1), int64_t(1) << 40))
+      ->check(kIntegerFlag)->check(CLI::Range(int64_t(-1), int64_t(1) << 40))
       ->check(CLI::Validator(
           [](std::string& v) { return v == "0" ? std::string("must be -1 (the whole split) or positive") : std::string(); },
           "", "not zero"));
   app.add_option("--eval-interval", c.eval_interval, "train steps between evaluations (default: only at the end)")
-      ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
+      ->check(kIntegerFlag)->check(CLI::Range(int64_t(0), int64_t(1) << 40));
   app.add_option("--model-dir", c.model_dir, "checkpoints and summaries (an existing one is resumed)");
   app.add_option("--learning-rate", c.learning_rate, "learning rate")->check(CLI::PositiveNumber);
   app.add_option("--optimizer", c.optimizer, "optimizer")->check(CLI::IsMember({"sgd", "adam", "adamw"}));
-  app.add_option("--seed", c.seed, "seed for initialisation and shuffling");
+  app.add_option("--seed", c.seed, "seed for initialisation and shuffling")->check(kIntegerFlag);
   app.add_option("--precision", c.precision, "compute precision")
       ->check(CLI::IsMember({"float32", "mixed_float16", "mixed_bfloat16"}));
-  app.add_option("--train-examples", c.train_examples, "examples used for training (mnist: the first N)")
-      ->check(CLI::Range(int64_t(1), int64_t(1) << 40));
-  app.add_option("--eval-examples", c.eval_examples, "examples used for evaluation (mnist: the last N)")
-      ->check(CLI::Range(int64_t(1), int64_t(1) << 40));
-  app.add_option("--report", c.report, "write a JSON report here");
+  app.add_option("--train-examples", c.train_examples,
+                 "examples used for training (mnist: the first N of the train files, or of the test file without "
+                 "them; default: all 60,000 train images, or 8,000)")
+      ->check(kIntegerFlag)->check(CLI::Range(int64_t(1), int64_t(1) << 40));
+  app.add_option("--eval-examples", c.eval_examples,
+                 "examples used for evaluation (mnist: the first N test images with the train files, else the last "
+                 "N; default: all 10,000, or 2,000)")
+      ->check(kIntegerFlag)->check(CLI::Range(int64_t(1), int64_t(1) << 40));
+  app.add_option("--report", c.report, "write a JSON report here (checked writable before training)");
+  app.add_flag("--no-terminate-on-nan", c.no_terminate_on_nan,
+               "keep training when the loss becomes NaN or infinite (default: stop with an error, as Keras's "
+               "TerminateOnNaN)");
+  app.add_option("--restore-checkpoint", c.restore_checkpoint,
+                 "resume from this checkpoint prefix (e.g. DIR/checkpoints/ckpt-200) instead of the latest");
+  app.add_option("--collective-timeout", c.collective_timeout,
+                 "multi_worker: fail naming a worker whose process stops running (no heartbeat) for this many "
+                 "seconds; a dead worker is reported at once")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 1e6));
+  app.add_option("--collective-hard-timeout", c.collective_hard_timeout,
+                 "multi_worker: fail naming a worker that runs but does not reach a collective for this many seconds "
+                 "(default: the larger of 300 and --collective-timeout)")
+      ->check(CLI::Range(0.1, 1e6));
   app.add_flag("--quiet", c.quiet, "no progress output");
   app.add_flag("--verbose", c.verbose, "progress after every loop");
   try {
     app.parse(argc, argv);
+    c.train_examples_given = app.count("--train-examples") > 0;
+    c.eval_examples_given = app.count("--eval-examples") > 0;
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
@@ -331,6 +469,11 @@ int main(int argc, char** argv) {
   }
   try {
     return run(c);
+  } catch (const distribute::PeerFailure& e) {
+    // Another worker failed first: say so in the line strata-launch looks for, so it
+    // blames that worker (and stops it, if it is stalled) rather than this one.
+    std::cerr << "strata-train: " << e.what() << "\n" << distribute::peer_failure_marker(e) << std::endl;
+    return distribute::kPeerFailureExitCode;
   } catch (const std::exception& e) {
     std::cerr << "strata-train: " << e.what() << "\n";
     return 1;

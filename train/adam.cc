@@ -1,5 +1,7 @@
 #include <strata/train/adam.h>
 
+#include <cmath>
+
 #include <strata/core/ops.h>
 
 namespace strata::optim {
@@ -24,7 +26,12 @@ void AdamImpl::update(const Tensor& param, const Tensor& grad, std::span<const T
   attrs.learning_rate = ctx.learning_rate;
   attrs.beta1 = options_.beta1;
   attrs.beta2 = options_.beta2;
-  attrs.epsilon = options_.epsilon;
+  // Keras's form folds sqrt(1 - beta2^t) into the step size and adds epsilon to the
+  // uncorrected sqrt(v); dividing epsilon by the same factor gives the identical update
+  // through the one fused kernel (CPU and CUDA alike).
+  attrs.epsilon = options_.keras_epsilon
+                      ? options_.epsilon / std::sqrt(1.0 - std::pow(options_.beta2, double(ctx.step)))
+                      : options_.epsilon;
   attrs.weight_decay = options_.weight_decay;
   attrs.decoupled = decoupled_;
   attrs.step = ctx.step;
@@ -38,7 +45,7 @@ AdamW::AdamW(LearningRate learning_rate, AdamWOptions options)
     : Optimizer(std::make_shared<AdamImpl>(
           "AdamW", std::move(learning_rate),
           AdamOptions{options.beta1, options.beta2, options.epsilon, options.weight_decay,
-                      options.global_clipnorm},
+                      options.global_clipnorm, options.keras_epsilon},
           true)) {}
 
 }  // namespace strata::optim

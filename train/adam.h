@@ -5,6 +5,13 @@
 //   v = beta2 * v + (1 - beta2) * g^2
 //   p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
 // with t the 1-based step. Slots: "m" and "v".
+//
+// keras_epsilon = true switches to TensorFlow/Keras's form (tf.keras.optimizers.Adam /
+// AdamW, whose epsilon is the paper's "epsilon hat", default 1e-7):
+//   p -= lr * sqrt(1 - beta2^t) / (1 - beta1^t) * m / (sqrt(v) + eps)
+// which is the form above with eps / sqrt(1 - beta2^t) in place of eps: with the same
+// epsilon the two differ by up to a factor 1/sqrt(1 - beta2^t) (~32 at step 1) in
+// epsilon's weight. Use it to reproduce a TensorFlow run (bench/compare/tf_trajectory.py).
 #pragma once
 
 #include <strata/train/optimizer.h>
@@ -17,6 +24,7 @@ struct AdamOptions {
   double epsilon = 1e-8;
   double weight_decay = 0.0;  // Adam: L2 added to the gradient
   double global_clipnorm = 0.0;
+  bool keras_epsilon = false;  // TensorFlow/Keras's placement of epsilon (above)
 };
 
 struct AdamWOptions {
@@ -25,6 +33,7 @@ struct AdamWOptions {
   double epsilon = 1e-8;
   double weight_decay = 0.01;  // decoupled, PyTorch's default
   double global_clipnorm = 0.0;
+  bool keras_epsilon = false;  // TensorFlow/Keras's placement of epsilon (above)
 };
 
 class AdamImpl : public OptimizerImpl {

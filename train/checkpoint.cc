@@ -1,5 +1,6 @@
 #include <strata/train/checkpoint.h>
 
+#include <algorithm>
 #include <set>
 #include <unordered_map>
 
@@ -81,6 +82,32 @@ void check_name(const std::string& name) {
                "' must not start with '.' (reserved)");
 }
 
+// Resuming with another optimizer (SGD over an Adam checkpoint) would silently drop the
+// saved slots or, worse, read them as different state: refuse it. The kind is in the
+// metadata since this check exists; older checkpoints are judged by their slot names.
+void check_same_optimizer(const TensorCheckpoint& ck, const std::string& file, const std::string& name,
+                          const optim::Optimizer& opt) {
+  const json& meta = ck.metadata;
+  if (meta.is_object() && meta.contains("optimizers") && meta["optimizers"].is_object() &&
+      meta["optimizers"].contains(name) && meta["optimizers"][name].is_string()) {
+    const std::string saved = meta["optimizers"][name].get<std::string>();
+    STRATA_CHECK(saved == opt.name(), "Checkpoint::restore: ", file, ": '", name, "' was saved by the ", saved,
+                 " optimizer but the program uses ", opt.name(), "; changing the optimizer on resume would drop "
+                 "or misread its state (resume with ", saved, ", or start from a new directory)");
+  }
+  const auto own = opt.slot_names();
+  const std::string marker = std::string(kSlotMarker) + name + "/";
+  for (const auto& [path, t] : ck.tensors) {
+    const size_t at = path.find(marker);
+    if (at == std::string::npos) continue;
+    const std::string slot = path.substr(at + marker.size());
+    STRATA_CHECK(std::find(own.begin(), own.end(), slot) != own.end(), "Checkpoint::restore: ", file,
+                 ": '", path, "' is a slot '", slot, "' that the program's optimizer '", name, "' (", opt.name(),
+                 ") does not have: the checkpoint was written by another optimizer (resume with that one, or "
+                 "start from a new directory)");
+  }
+}
+
 }  // namespace
 
 ExtraState iterator_state(data::Iterator& iterator) {
@@ -150,12 +177,16 @@ void Checkpoint::save(const fs::path& prefix, std::optional<int64_t> step) const
   if (step) metadata["step"] = *step;
   json objects = json::object();
   json extra = json::object();
+  json optimizers = json::object();
   for (const auto& [name, t] : objects_) {
     objects[name] = object_kind(t.object());
     if (auto* e = std::get_if<ExtraState>(&t.object())) extra[name] = e->save();
+    if (auto* opt = std::get_if<optim::Optimizer>(&t.object())) optimizers[name] = opt->name();
   }
   metadata["objects"] = objects;
   metadata["extra"] = extra;
+  // Which optimizer wrote the slots: restoring them into another kind is refused.
+  metadata["optimizers"] = optimizers;
   if (prefix.has_parent_path()) fs::create_directories(prefix.parent_path());
   save_tensors(prefix, tensors, metadata);
 }
@@ -191,6 +222,7 @@ RestoreStatus Checkpoint::restore(const fs::path& prefix) const {
     std::vector<Tensor> values;  // empty: drop the variable's slots
   };
   std::vector<SlotPlan> slot_plans;
+  for (const auto& [name, opt] : g.optimizers) check_same_optimizer(ck, file, name, opt);
   for (const auto& [name, opt] : g.optimizers) {
     const auto slot_names = opt.slot_names();
     if (slot_names.empty()) continue;

@@ -32,6 +32,8 @@
 // each failure is a strata::Error naming the variable and the file. Afterwards the
 // optimizers hold exactly the saved slots: slots missing from the file are dropped (they
 // restart from zero, as they would have), slots in the file are created when missing.
+// The manifest records each optimizer's kind ("Adam", "SGD"): restoring into another
+// kind, or slots the program's optimizer does not have, is an error (not a silent drop).
 #pragma once
 
 #include <filesystem>
@@ -117,12 +119,20 @@ class Checkpoint {
 // (tf.train.CheckpointManager).
 //
 // Checkpoints are named <directory>/<checkpoint_name>-<step> ("ckpt-300"); the manager
-// keeps the newest max_to_keep (by step; 0 keeps all) and deletes older ones. After every
-// save a small JSON index file <directory>/checkpoint lists the kept checkpoints and the
-// latest, written atomically. The set of checkpoints is read back from the directory (the
-// index, plus any committed ckpt-<N> it does not list yet — a crash between writing a
-// checkpoint and its index entry loses nothing), so a manager over an existing directory,
-// or another process watching it, sees every checkpoint.
+// keeps the newest max_to_keep (by step; 0 keeps all) and deletes older ones.
+//
+// The state file <directory>/checkpoint (JSON, written atomically) decides which
+// checkpoints exist and which is the latest, as TensorFlow's does: a file that merely
+// looks like a checkpoint (a stray "ckpt-999999999999999999" copied in, or left by another
+// run) is ignored and never deleted. A save first lists the new checkpoint in the state
+// file, then commits its files, then drops the old ones from both; a listed checkpoint
+// counts once its manifest is committed. So a crash at any point leaves the latest
+// committed checkpoint the latest, and a manager over an existing directory, or another
+// process watching it, sees every checkpoint. A directory without a state file (written
+// by an older strata) falls back to the committed ckpt-<N> files it holds.
+//
+// restore_or_initialize() refuses a latest checkpoint that fails to load, and names the
+// newest older checkpoint that loads intact (restore(prefix) resumes from it).
 class CheckpointManager {
  public:
   // checkpoint_interval > 0: save() without force skips steps fewer than this many after
@@ -137,11 +147,13 @@ class CheckpointManager {
   // step is `step`, else the step counter's value, else one more than the latest
   // checkpoint's step (1 for the first).
   std::string save(std::optional<int64_t> step = std::nullopt, bool force = false);
-  // The newest committed checkpoint's prefix (read from the directory each time).
+  // The newest committed checkpoint that the state file lists (read each time).
   std::optional<std::string> latest_checkpoint() const;
-  // Every committed checkpoint's prefix, oldest (lowest step) first.
+  // Every committed checkpoint the state file lists, oldest (lowest step) first.
   std::vector<std::string> checkpoints() const;
   // Restores the latest checkpoint and returns its prefix, or runs init_fn and returns "".
+  // When the latest does not load (corrupt, truncated), the error names the newest older
+  // checkpoint that loads intact.
   std::string restore_or_initialize();
   // Restores a given checkpoint prefix.
   RestoreStatus restore(const std::string& prefix);
@@ -155,9 +167,16 @@ class CheckpointManager {
   std::optional<int64_t> last_checkpoint_step() const { return last_step_; }
 
  private:
-  // (step, prefix) of every committed checkpoint, sorted by step.
+  // (step, prefix) of every committed checkpoint the state file lists (without a state
+  // file: every committed <name>-<N> in the directory), sorted by step.
   std::vector<std::pair<int64_t, std::string>> scan() const;
-  void write_index(const std::vector<std::pair<int64_t, std::string>>& kept) const;
+  // (step, prefix) of every <name>-<N> listed in the state file, committed or not;
+  // nullopt when there is no state file.
+  std::optional<std::vector<std::pair<int64_t, std::string>>> read_index() const;
+  // Every committed <name>-<N> in the directory, sorted by step.
+  std::vector<std::pair<int64_t, std::string>> scan_directory() const;
+  void write_index(const std::vector<std::pair<int64_t, std::string>>& kept, const std::string& latest) const;
+  std::optional<int64_t> step_of(const std::string& name) const;
 
   Checkpoint checkpoint_;
   std::filesystem::path directory_;

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <fstream>
 #include <system_error>
 
 #include <strata/core/error.h>
@@ -16,7 +17,17 @@ using nlohmann::json;
 
 namespace {
 constexpr const char* kManifestSuffix = ".manifest.json";
+
+// True when the checkpoint's files load and verify (checksums, structure).
+bool loads_intact(const std::string& prefix) {
+  try {
+    load_tensors(prefix);
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
 }
+}  // namespace
 
 CheckpointManager::CheckpointManager(Checkpoint checkpoint, fs::path directory, int max_to_keep,
                                      int64_t checkpoint_interval, Variable step_counter,
@@ -46,59 +57,110 @@ CheckpointManager::CheckpointManager(Checkpoint checkpoint, fs::path directory, 
   if (!existing.empty()) last_step_ = existing.back().first;
 }
 
-std::vector<std::pair<int64_t, std::string>> CheckpointManager::scan() const {
+// The step in a file or entry name "<name>-<digits>"; nullopt when it is not one.
+std::optional<int64_t> CheckpointManager::step_of(const std::string& name) const {
+  const std::string lead = name_ + "-";
+  if (name.size() <= lead.size() || name.compare(0, lead.size(), lead) != 0) return std::nullopt;
+  const std::string digits = name.substr(lead.size());
+  if (digits.size() > 18 ||
+      !std::all_of(digits.begin(), digits.end(), [](unsigned char c) { return std::isdigit(c); }))
+    return std::nullopt;
+  return std::stoll(digits);
+}
+
+std::vector<std::pair<int64_t, std::string>> CheckpointManager::scan_directory() const {
   std::vector<std::pair<int64_t, std::string>> out;
   std::error_code ec;
-  const std::string lead = name_ + "-";
+  const std::string suffix = kManifestSuffix;
   for (fs::directory_iterator it(directory_, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string file = it->path().filename().string();
-    if (is_atomic_temp_name(file)) continue;
-    if (file.size() <= lead.size() + std::string(kManifestSuffix).size()) continue;
-    if (file.compare(0, lead.size(), lead) != 0) continue;
-    if (!file.ends_with(kManifestSuffix)) continue;
-    const std::string digits =
-        file.substr(lead.size(), file.size() - lead.size() - std::string(kManifestSuffix).size());
-    if (digits.empty() || digits.size() > 18 ||
-        !std::all_of(digits.begin(), digits.end(), [](unsigned char c) { return std::isdigit(c); }))
-      continue;
-    const int64_t step = std::stoll(digits);
-    out.emplace_back(step, (directory_ / (lead + digits)).string());
+    if (is_atomic_temp_name(file) || file.size() <= suffix.size() || !file.ends_with(suffix)) continue;
+    const std::string name = file.substr(0, file.size() - suffix.size());
+    if (auto step = step_of(name)) out.emplace_back(*step, (directory_ / name).string());
   }
   STRATA_CHECK(!ec, "CheckpointManager: cannot list ", directory_, ": ", ec.message());
   std::sort(out.begin(), out.end());
   return out;
 }
 
-void CheckpointManager::write_index(const std::vector<std::pair<int64_t, std::string>>& kept) const {
+std::optional<std::vector<std::pair<int64_t, std::string>>> CheckpointManager::read_index() const {
+  const fs::path path = index_path();
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return std::nullopt;
+  std::ifstream in(path);
+  STRATA_CHECK(in.good(), "CheckpointManager: cannot read the checkpoint state file ", path);
+  json index;
+  try {
+    index = json::parse(in);
+  } catch (const json::exception& e) {
+    fail("CheckpointManager: the checkpoint state file ", path, " is not valid JSON (", e.what(),
+         "); it decides which checkpoints exist: repair or remove it");
+  }
+  STRATA_CHECK(index.is_object() && index.value("format", "") == "strata.checkpoint_index" &&
+                   index.contains("checkpoints") && index["checkpoints"].is_array(),
+               "CheckpointManager: ", path, " is not a strata checkpoint state file (expected format "
+               "\"strata.checkpoint_index\" with a \"checkpoints\" list)");
+  std::vector<std::pair<int64_t, std::string>> out;
+  for (const json& entry : index["checkpoints"]) {
+    const std::string name = entry.is_object() && entry.contains("name") && entry["name"].is_string()
+                                 ? entry["name"].get<std::string>()
+                                 : std::string();
+    // Names only, in this directory: an entry cannot point elsewhere ("../x").
+    const std::optional<int64_t> step = step_of(name);
+    STRATA_CHECK(step.has_value(), "CheckpointManager: ", path, ": entry ", entry.dump(),
+                 " does not name a checkpoint '", name_, "-<step>' of this directory");
+    out.emplace_back(*step, (directory_ / name).string());
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+std::vector<std::pair<int64_t, std::string>> CheckpointManager::scan() const {
+  auto listed = read_index();
+  if (!listed) return scan_directory();
+  std::vector<std::pair<int64_t, std::string>> out;
+  for (auto& entry : *listed) {
+    if (checkpoint_exists(entry.second)) out.push_back(std::move(entry));
+  }
+  return out;
+}
+
+void CheckpointManager::write_index(const std::vector<std::pair<int64_t, std::string>>& kept,
+                                    const std::string& latest) const {
   json list = json::array();
   for (const auto& [step, prefix] : kept)
     list.push_back({{"name", fs::path(prefix).filename().string()}, {"step", step}});
   json index = {{"format", "strata.checkpoint_index"},
                 {"version", 1},
-                {"latest", kept.empty() ? json(nullptr)
-                                        : json(fs::path(kept.back().second).filename().string())},
+                {"latest", latest.empty() ? json(nullptr) : json(fs::path(latest).filename().string())},
                 {"checkpoints", list}};
   write_file_atomic(index_path(), index.dump(2) + "\n");
 }
 
 std::string CheckpointManager::save(std::optional<int64_t> step, bool force) {
   int64_t s;
+  auto kept = scan();
   if (step) {
     s = *step;
   } else if (step_counter_.defined()) {
     s = step_counter_.value().item<int64_t>();
   } else {
-    const auto existing = scan();
-    s = existing.empty() ? 1 : existing.back().first + 1;
+    s = kept.empty() ? 1 : kept.back().first + 1;
   }
   STRATA_CHECK(s >= 0, "CheckpointManager::save: the step must be >= 0, got ", s);
   if (!force && checkpoint_interval_ > 0 && last_step_ && s < *last_step_ + checkpoint_interval_)
     return "";
   const std::string prefix = (directory_ / (name_ + "-" + std::to_string(s))).string();
+  std::erase_if(kept, [&](const auto& entry) { return entry.second == prefix; });
+  kept.emplace_back(s, prefix);
+  std::sort(kept.begin(), kept.end());
+  // List it before committing it (it counts only once committed): a crash after the
+  // commit then never leaves a checkpoint that the state file does not know.
+  write_index(kept, prefix);
   checkpoint_.save(prefix, s);
   last_step_ = s;
 
-  auto kept = scan();
   if (max_to_keep_ > 0) {
     // Delete the lowest steps beyond max_to_keep, never the checkpoint just written.
     size_t excess = kept.size() > size_t(max_to_keep_) ? kept.size() - size_t(max_to_keep_) : 0;
@@ -113,7 +175,7 @@ std::string CheckpointManager::save(std::optional<int64_t> step, bool force) {
     }
     kept = std::move(remaining);
   }
-  write_index(kept);
+  write_index(kept, prefix);
   return prefix;
 }
 
@@ -137,7 +199,30 @@ RestoreStatus CheckpointManager::restore(const std::string& prefix) {
 
 std::string CheckpointManager::restore_or_initialize() {
   if (auto latest = latest_checkpoint()) {
-    restore(*latest);
+    try {
+      restore(*latest);
+    } catch (const Error& e) {
+      // Only a damaged file gets the hint: when the latest loads, the program and the
+      // checkpoint disagree (another model), and older checkpoints would disagree too.
+      if (loads_intact(*latest)) throw;
+      std::string intact;
+      int64_t intact_step = 0;
+      const auto all = scan();
+      for (auto it = all.rbegin(); it != all.rend(); ++it) {
+        if (it->second != *latest && loads_intact(it->second)) {
+          intact = it->second;
+          intact_step = it->first;
+          break;
+        }
+      }
+      if (intact.empty()) {
+        fail("CheckpointManager: the latest checkpoint ", *latest, " cannot be restored and no older checkpoint in ",
+             directory_.string(), " loads intact: ", e.what());
+      }
+      fail("CheckpointManager: the latest checkpoint ", *latest, " cannot be restored: ", e.what(),
+           ". The newest intact checkpoint is ", intact, " (step ", intact_step,
+           "): restore it explicitly to resume from there (strata-train: --restore-checkpoint ", intact, ")");
+    }
     return *latest;
   }
   if (init_fn_) init_fn_();

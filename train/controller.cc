@@ -124,6 +124,8 @@ Controller::Controller(ControllerOptions options) : options_(std::move(options))
   STRATA_CHECK(is_integral(options_.global_step.dtype()) && options_.global_step.shape().empty(),
                "Controller: `global_step` must be an integer scalar variable, got ",
                dtype_name(options_.global_step.dtype()), " ", shape_str(options_.global_step.shape()));
+  // The Controller owns the global step (Orbit): a trainer built without one counts with it.
+  if (options_.trainer) options_.trainer->use_global_step(options_.global_step);
   if (options_.checkpoint_manager) {
     bool tracked = false;
     for (const auto& [path, v] : options_.checkpoint_manager->checkpoint().variables_by_path()) {
@@ -151,7 +153,9 @@ Controller::Controller(ControllerOptions options) : options_(std::move(options))
     }
   }
   progress_ = std::make_unique<ProgressReporter>(options_.progress);
-  if (options_.checkpoint_manager) restore_checkpoint();
+  STRATA_CHECK(options_.initial_checkpoint.empty() || options_.checkpoint_manager,
+               "Controller: `initial_checkpoint` (", options_.initial_checkpoint, ") needs a `checkpoint_manager`");
+  if (options_.checkpoint_manager) restore_checkpoint(options_.initial_checkpoint);
 }
 
 Controller::~Controller() = default;
@@ -200,6 +204,15 @@ void Controller::train_n_steps(int64_t num_steps) {
   STRATA_CHECK(step == before + num_steps, "Controller: trainer.train(", num_steps,
                ") did not advance the global step by ", num_steps, ": it was ", before, ", expected ",
                before + num_steps, ", got ", step);
+  if (options_.terminate_on_nan) {
+    for (const auto& [name, value] : outputs) {
+      if (name.find("loss") == std::string::npos || std::isfinite(value)) continue;
+      fail("Controller: training stopped at step ", step, ": the '", name, "' output is ", value, " after steps ",
+           before + 1, "..", step, " (TerminateOnNaN; a learning rate too high is the usual cause). Nothing of "
+           "this state was checkpointed; set ControllerOptions::terminate_on_nan = false "
+           "(strata-train: --no-terminate-on-nan) to keep training regardless");
+    }
+  }
   const double steps_per_second = seconds > 0 ? double(num_steps) / seconds : 0.0;
   outputs["steps_per_second"] = steps_per_second;
   last_train_outputs_ = outputs;
@@ -267,6 +280,9 @@ Outputs Controller::train_and_evaluate(int64_t train_steps, int64_t eval_steps, 
   const int64_t interval = eval_interval > 0 ? eval_interval : std::max<int64_t>(train_steps - step, 1);
   progress_->begin(step, train_steps);
   Outputs outputs;
+  // Nothing to train (a finished run started again): evaluate what was restored, so that
+  // the outputs describe this model rather than being empty.
+  if (step >= train_steps) outputs = evaluate(eval_steps);
   while (step < train_steps) {
     train_until(std::min(train_steps, step + interval), /*checkpoint_at_completion=*/false);
     outputs = evaluate(eval_steps);

@@ -5,6 +5,8 @@
 // latest checkpoint when it is constructed.
 //
 //   auto global_step = train::create_global_step();           // in the strategy's scope
+//   // (a StandardTrainer built in Orbit's form, (dataset, options), counts with the
+//   // Controller's global step: the Controller lends it when constructed)
 //   train::Checkpoint ckpt{{"model", model}, {"optimizer", opt}, {"global_step", global_step},
 //                          {"train_input", trainer.input_state()}};
 //   train::CheckpointManager manager(ckpt, dir / "checkpoints", 3, /*interval=*/1000);
@@ -36,6 +38,10 @@
 //    checkpoint at completion and on save_checkpoint().)
 //  - evaluate(steps): steps > 0, or -1 for the whole evaluation set. With steps > 0 the
 //    outputs gain steps_per_second.
+//  - train_and_evaluate when the global step is already at train_steps (a finished run
+//    started again) trains nothing and evaluates once, so that its outputs describe the
+//    restored model (Orbit would return nothing).
+//  - terminate_on_nan (default): a non-finite loss output ends train() with an error.
 //  - A checkpoint manager's Checkpoint must track `global_step`, so that a restored run
 //    resumes at its step.
 // The trainer must advance the global step by exactly the number of steps it was asked
@@ -69,6 +75,12 @@ struct ControllerOptions {
   std::string summary_dir;                   // "": no training summaries
   std::string eval_summary_dir;              // "": summary_dir
   ProgressOptions progress;
+  // Keras's TerminateOnNaN, on by default: a training output whose name contains "loss"
+  // that is NaN or infinite after a loop stops training with a strata::Error (before any
+  // checkpoint of that state is saved). false keeps training regardless.
+  bool terminate_on_nan = true;
+  // The checkpoint to restore at construction; "" restores the manager's latest.
+  std::string initial_checkpoint;
 };
 
 class Controller {

@@ -158,4 +158,14 @@ Tensor compute_weighted_loss(const Tensor& losses, const Tensor& sample_weight,
   fail(op, ": unknown reduction");
 }
 
+Tensor binary_crossentropy(const Tensor& y_true, const Tensor& y_pred, const CrossentropyOptions& options) {
+  STRATA_CHECK(options.axis == -1, "losses::binary_crossentropy: axis must be -1 (the mean is over the last axis), got ",
+               options.axis);
+  return binary_crossentropy(y_true, y_pred, options.from_logits);
+}
+
+MeanSquaredError::MeanSquaredError(const LossOptions& options) : MeanSquaredError(options.reduction) {
+  STRATA_CHECK(!options.from_logits, "losses::MeanSquaredError: from_logits does not apply to a regression loss");
+}
+
 }  // namespace strata::losses

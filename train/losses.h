@@ -3,7 +3,12 @@
 // The functions return one loss per example (the Keras functional losses: reduced over
 // the last axis where Keras does so), ready for distribute::compute_average_loss:
 //
-//   Tensor per_example = losses::sparse_categorical_crossentropy(labels, logits, true);
+//   Tensor per_example = losses::sparse_categorical_crossentropy(labels, logits, {.from_logits = true});
+//   losses::SparseCategoricalCrossentropy loss({.from_logits = true, .reduction = losses::Reduction::None});
+//
+// Every loss takes its options either as a struct with designated initializers (as layers,
+// strategies and the Controller do) or positionally in Keras's order (from_logits, then
+// reduction / axis).
 //
 // The classes apply a Reduction like Keras's Loss objects: NONE returns the per-example
 // losses (times sample_weight), SUM their sum, SUM_OVER_BATCH_SIZE their sum divided by
@@ -29,6 +34,22 @@ const char* reduction_name(Reduction r);
 // Keras's backend epsilon, used to clip probabilities.
 inline constexpr double kEpsilon = 1e-7;
 
+// Options of the crossentropy functions (Keras's keyword arguments).
+struct CrossentropyOptions {
+  bool from_logits = false;
+  int64_t axis = -1;  // the class axis (sparse, categorical)
+};
+
+// Options of the Loss classes.
+struct LossOptions {
+  bool from_logits = false;  // crossentropies only
+  Reduction reduction = Reduction::SumOverBatchSize;
+};
+struct HuberOptions {
+  double delta = 1.0;
+  Reduction reduction = Reduction::SumOverBatchSize;
+};
+
 // Integer labels [...] (or [..., 1]) against predictions [..., K] -> [...].
 Tensor sparse_categorical_crossentropy(const Tensor& y_true, const Tensor& y_pred,
                                        bool from_logits = false, int64_t axis = -1);
@@ -37,6 +58,17 @@ Tensor categorical_crossentropy(const Tensor& y_true, const Tensor& y_pred,
                                 bool from_logits = false, int64_t axis = -1);
 // Targets in [0, 1] against predictions, elementwise, then the mean over the last axis.
 Tensor binary_crossentropy(const Tensor& y_true, const Tensor& y_pred, bool from_logits = false);
+// The same with options: sparse_categorical_crossentropy(labels, logits, {.from_logits = true}).
+inline Tensor sparse_categorical_crossentropy(const Tensor& y_true, const Tensor& y_pred,
+                                              const CrossentropyOptions& options) {
+  return sparse_categorical_crossentropy(y_true, y_pred, options.from_logits, options.axis);
+}
+inline Tensor categorical_crossentropy(const Tensor& y_true, const Tensor& y_pred,
+                                       const CrossentropyOptions& options) {
+  return categorical_crossentropy(y_true, y_pred, options.from_logits, options.axis);
+}
+// binary_crossentropy reduces over the last axis: options.axis must be -1.
+Tensor binary_crossentropy(const Tensor& y_true, const Tensor& y_pred, const CrossentropyOptions& options);
 // mean(square(y_pred - y_true), last axis).
 Tensor mean_squared_error(const Tensor& y_true, const Tensor& y_pred);
 // Per element 0.5 e^2 when |e| <= delta, else delta (|e| - 0.5 delta); mean over last axis.
@@ -70,6 +102,7 @@ class Loss {
 
 class SparseCategoricalCrossentropy : public Loss {
  public:
+  explicit SparseCategoricalCrossentropy(const LossOptions& options) : SparseCategoricalCrossentropy(options.from_logits, options.reduction) {}
   explicit SparseCategoricalCrossentropy(bool from_logits = false,
                                          Reduction reduction = Reduction::SumOverBatchSize)
       : Loss(reduction, "sparse_categorical_crossentropy"), from_logits_(from_logits) {}
@@ -83,6 +116,7 @@ class SparseCategoricalCrossentropy : public Loss {
 
 class CategoricalCrossentropy : public Loss {
  public:
+  explicit CategoricalCrossentropy(const LossOptions& options) : CategoricalCrossentropy(options.from_logits, options.reduction) {}
   explicit CategoricalCrossentropy(bool from_logits = false,
                                    Reduction reduction = Reduction::SumOverBatchSize)
       : Loss(reduction, "categorical_crossentropy"), from_logits_(from_logits) {}
@@ -96,6 +130,7 @@ class CategoricalCrossentropy : public Loss {
 
 class BinaryCrossentropy : public Loss {
  public:
+  explicit BinaryCrossentropy(const LossOptions& options) : BinaryCrossentropy(options.from_logits, options.reduction) {}
   explicit BinaryCrossentropy(bool from_logits = false,
                               Reduction reduction = Reduction::SumOverBatchSize)
       : Loss(reduction, "binary_crossentropy"), from_logits_(from_logits) {}
@@ -111,6 +146,8 @@ class MeanSquaredError : public Loss {
  public:
   explicit MeanSquaredError(Reduction reduction = Reduction::SumOverBatchSize)
       : Loss(reduction, "mean_squared_error") {}
+  // options.from_logits must be false (a regression loss has no logits).
+  explicit MeanSquaredError(const LossOptions& options);
   Tensor call(const Tensor& y_true, const Tensor& y_pred) const override {
     return mean_squared_error(y_true, y_pred);
   }
@@ -120,6 +157,7 @@ class Huber : public Loss {
  public:
   explicit Huber(double delta = 1.0, Reduction reduction = Reduction::SumOverBatchSize)
       : Loss(reduction, "huber_loss"), delta_(delta) {}
+  explicit Huber(const HuberOptions& options) : Huber(options.delta, options.reduction) {}
   Tensor call(const Tensor& y_true, const Tensor& y_pred) const override {
     return huber(y_true, y_pred, delta_);
   }

@@ -27,10 +27,14 @@ Variable MetricImpl::add_state(const std::string& name) {
 }
 
 void MetricImpl::add_to(const Variable& var, const Tensor& delta) {
-  // CentralStorageStrategy's variables are one copy shared by the local replicas: several
-  // replica threads adding to it in place would lose updates. Its assign_add sums the
-  // replicas' deltas (in replica order, so deterministically) and applies them once.
-  if (dynamic_cast<const distribute::AggregatingVariableImpl*>(&var.impl())) {
+  // A variable shared by the replicas must not be updated in place by several replica
+  // threads at once (updates would be lost):
+  //  - CentralStorageStrategy's variables: their assign_add sums the replicas' deltas (in
+  //    replica order, so deterministically) and applies them once;
+  //  - a metric created outside any strategy's scope (plain variables): their assign_add
+  //    is atomic per variable (autograd/variable.h), as TensorFlow's resource variables.
+  // Sync-on-read variables give each replica its own component: add to it in place.
+  if (!var.impl().is_replicated()) {
     var.assign_add(delta);
     return;
   }

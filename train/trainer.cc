@@ -12,18 +12,61 @@ int64_t read_step(const Variable& step) {
   return step.value().item<int64_t>();
 }
 
+void check_global_step(const Variable& step, const char* who) {
+  STRATA_CHECK(is_integral(step.dtype()) && step.shape().empty(), who,
+               ": the global step must be an integer scalar, got ", dtype_name(step.dtype()), " ",
+               shape_str(step.shape()));
+}
+
+distribute::Strategy& strategy_or_current(distribute::Strategy* strategy) {
+  return strategy ? *strategy : distribute::get_strategy();
+}
+
 }  // namespace
 
+// ---- Outputs ----
+
+OutputValue::OutputValue(const Tensor& value) {
+  STRATA_CHECK(value.defined(), "train::Outputs: an output tensor is undefined");
+  STRATA_CHECK(value.numel() == 1, "train::Outputs: an output must be a scalar (one element), got shape ",
+               shape_str(value.shape()));
+  autograd::StopRecording no_tape;
+  value_ = value.item<double>();
+}
+
+Outputs::Outputs(std::initializer_list<std::pair<const std::string, OutputValue>> values) {
+  for (const auto& [name, v] : values) {
+    STRATA_CHECK(emplace(name, v.value()).second, "train::Outputs: the output '", name, "' is given twice");
+  }
+}
+
 // ---- StandardTrainer ----
+
+StandardTrainer::StandardTrainer(distribute::DistributedDataset train_dataset, StandardTrainerOptions options)
+    : strategy_(strategy_or_current(options.strategy)), dataset_(std::move(train_dataset)) {}
+
+StandardTrainer::StandardTrainer(const data::Dataset& train_dataset, StandardTrainerOptions options)
+    : StandardTrainer(strategy_or_current(options.strategy).experimental_distribute_dataset(train_dataset),
+                      options) {}
+
+void StandardTrainer::use_global_step(const Variable& global_step) {
+  STRATA_CHECK(global_step.defined(), "StandardTrainer::use_global_step: undefined variable");
+  if (!global_step_.defined()) {
+    check_global_step(global_step, "StandardTrainer");
+    global_step_ = global_step;
+    return;
+  }
+  STRATA_CHECK(global_step_ == global_step,
+               "StandardTrainer: the Controller's global step is not the trainer's own (construct the trainer "
+               "without one, Orbit's form, or give both the same variable)");
+}
 
 StandardTrainer::StandardTrainer(distribute::Strategy& strategy, distribute::DistributedDataset train_dataset,
                                  Variable global_step)
     : strategy_(strategy), dataset_(std::move(train_dataset)), global_step_(std::move(global_step)) {
   STRATA_CHECK(global_step_.defined(),
                "StandardTrainer: a global step variable is required (train::create_global_step())");
-  STRATA_CHECK(is_integral(global_step_.dtype()) && global_step_.shape().empty(),
-               "StandardTrainer: the global step must be an integer scalar, got ", dtype_name(global_step_.dtype()),
-               " ", shape_str(global_step_.shape()));
+  check_global_step(global_step_, "StandardTrainer");
 }
 
 distribute::DistributedIterator& StandardTrainer::train_iterator() {
@@ -61,6 +104,10 @@ Outputs StandardTrainer::train(int64_t num_steps) {
   STRATA_CHECK(num_steps >= 0, "StandardTrainer::train: num_steps must be >= 0, got ", num_steps);
   train_loop_begin();
   distribute::DistributedIterator& it = train_iterator();
+  if (!global_step_.defined()) {  // Orbit form outside a Controller: no step to count
+    for (int64_t i = 0; i < num_steps; ++i) train_step(it);
+    return train_loop_end();
+  }
   int64_t step = read_step(global_step_);
   for (int64_t i = 0; i < num_steps; ++i) {
     train_step(it);
@@ -80,6 +127,12 @@ Outputs StandardTrainer::train(int64_t num_steps) {
 }
 
 // ---- StandardEvaluator ----
+
+StandardEvaluator::StandardEvaluator(distribute::DistributedDataset eval_dataset, StandardEvaluatorOptions options)
+    : StandardEvaluator(distribute::get_strategy(), std::move(eval_dataset), options) {}
+
+StandardEvaluator::StandardEvaluator(const data::Dataset& eval_dataset, StandardEvaluatorOptions options)
+    : StandardEvaluator(distribute::get_strategy().experimental_distribute_dataset(eval_dataset), options) {}
 
 StandardEvaluator::StandardEvaluator(distribute::Strategy& strategy, distribute::DistributedDataset eval_dataset,
                                      StandardEvaluatorOptions options)

@@ -3,25 +3,32 @@
 // (orbit.StandardTrainer / StandardEvaluator).
 //
 //   class MyTrainer : public train::StandardTrainer {
-//     using StandardTrainer::StandardTrainer;
+//    public:
+//     explicit MyTrainer(distribute::DistributedDataset ds)    // Orbit's shape: the
+//         : StandardTrainer(std::move(ds), {}) {}             // strategy is get_strategy()
 //     void train_loop_begin() override { train_loss.reset_state(); }
 //     void train_step(distribute::DistributedIterator& it) override {
 //       auto batch = next_batch(it);                      // throws when the data ends
 //       strategy().run(step_fn, batch);
 //     }
-//     train::Outputs train_loop_end() override { return {{"loss", ...}}; }
+//     train::Outputs train_loop_end() override { return {{"loss", train_loss.result()}}; }
 //   };
+//
+// Construct trainers and evaluators inside the strategy's scope (Orbit reads
+// tf.distribute.get_strategy() there too), or name the strategy in the options. The
+// older form StandardTrainer(strategy, dataset, global_step) still works.
 //
 // StandardTrainer::train(n) calls train_loop_begin(), then train_step(iterator) n times,
 // then returns train_loop_end(). The train iterator is created on first use and persists
 // across train() calls, so input continues where the last loop stopped; input_state()
 // puts its position into a Checkpoint for exact resumption.
 //
-// The global step: a train_step may advance it itself, as Orbit trainers do
-// (`global_step.assign_add(1)` inside strategy.run, where the variable's OnlyFirstReplica
-// aggregation makes the replicas' increments count once); when a step leaves it
-// unchanged, StandardTrainer advances it by one after the step. Advancing it by anything
-// else is an error.
+// The global step: the Controller owns it (ControllerOptions::global_step) and lends it to
+// a trainer constructed without one (use_global_step). A train_step may advance it itself,
+// as Orbit trainers do (`global_step.assign_add(1)` inside strategy.run, where the
+// variable's OnlyFirstReplica aggregation makes the replicas' increments count once); when
+// a step leaves it unchanged, StandardTrainer advances it by one after the step. Advancing
+// it by anything else is an error.
 //
 // StandardEvaluator::evaluate(n) recreates its iterator (unless the options say
 // otherwise), calls eval_begin(), then eval_step(iterator) up to n times (-1: until the
@@ -29,7 +36,9 @@
 // eval_step returns std::nullopt when the iterator is exhausted (no step ran).
 #pragma once
 
+#include <concepts>
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <optional>
@@ -42,8 +51,29 @@
 
 namespace strata::train {
 
-// Named scalar results of a loop ("loss", "accuracy", ...), written to summaries.
-using Outputs = std::map<std::string, double>;
+// One value of a loop's outputs: a number, or a one-element tensor (a metric's result(),
+// a reduced loss) read as a double.
+class OutputValue {
+ public:
+  template <typename T>
+    requires(std::is_arithmetic_v<T> && !std::same_as<T, bool>)
+  OutputValue(T value) : value_(static_cast<double>(value)) {}  // NOLINT(google-explicit-constructor)
+  OutputValue(const Tensor& value);                             // NOLINT(google-explicit-constructor)
+  double value() const { return value_; }
+
+ private:
+  double value_;
+};
+
+// Named scalar results of a loop ("loss", "accuracy", ...), written to summaries: a map of
+// doubles that can be written from tensors too, as Orbit's dict of tensors is:
+//   return {{"loss", train_loss.result()}, {"learning_rate", 1e-3}};
+class Outputs : public std::map<std::string, double> {
+ public:
+  Outputs() = default;
+  Outputs(std::initializer_list<std::pair<const std::string, OutputValue>> values);
+  Outputs(std::map<std::string, double> values) : std::map<std::string, double>(std::move(values)) {}  // NOLINT
+};
 
 class AbstractTrainer {
  public:
@@ -53,6 +83,10 @@ class AbstractTrainer {
   virtual Outputs train(int64_t num_steps) = 0;
   // Examples consumed per step (for examples/s in progress reports), 0 when unknown.
   virtual int64_t examples_per_step() const { return 0; }
+  // The Controller's global step, offered when the Controller is constructed: a trainer
+  // that counts steps itself adopts it (StandardTrainer does when it has none) or checks
+  // that it is its own.
+  virtual void use_global_step(const Variable& global_step) { (void)global_step; }
 };
 
 class AbstractEvaluator {
@@ -62,11 +96,25 @@ class AbstractEvaluator {
   virtual Outputs evaluate(int64_t num_steps) = 0;
 };
 
+struct StandardTrainerOptions {
+  // The strategy whose run() the trainer's steps use; nullptr: get_strategy() when the
+  // trainer is constructed (construct it inside the strategy's scope).
+  distribute::Strategy* strategy = nullptr;
+};
+
 class StandardTrainer : public AbstractTrainer {
  public:
+  // Orbit's form: the global step comes from the Controller (use_global_step); without a
+  // Controller, train() counts no steps. A plain dataset is distributed by the strategy.
+  explicit StandardTrainer(distribute::DistributedDataset train_dataset, StandardTrainerOptions options = {});
+  explicit StandardTrainer(const data::Dataset& train_dataset, StandardTrainerOptions options = {});
+  // The trainer owns its global step (integer scalar; the Controller must use the same).
   StandardTrainer(distribute::Strategy& strategy, distribute::DistributedDataset train_dataset,
                   Variable global_step);
   Outputs train(int64_t num_steps) override;
+  // Adopts the Controller's global step when the trainer has none; otherwise it must be
+  // the trainer's own (strata::Error).
+  void use_global_step(const Variable& global_step) override;
 
   // The persistent input iterator (created on first use).
   distribute::DistributedIterator& train_iterator();
@@ -87,6 +135,7 @@ class StandardTrainer : public AbstractTrainer {
   // The next element, or a strata::Error saying the training data ended (repeat() it).
   static distribute::PerReplica<data::Batch> next_batch(distribute::DistributedIterator& iterator);
   distribute::Strategy& strategy() const { return strategy_; }
+  // The step given at construction or lent by a Controller; undefined otherwise.
   const Variable& global_step() const { return global_step_; }
 
  private:
@@ -104,6 +153,9 @@ struct StandardEvaluatorOptions {
 
 class StandardEvaluator : public AbstractEvaluator {
  public:
+  // Orbit's form: the strategy is get_strategy() when the evaluator is constructed.
+  explicit StandardEvaluator(distribute::DistributedDataset eval_dataset, StandardEvaluatorOptions options = {});
+  explicit StandardEvaluator(const data::Dataset& eval_dataset, StandardEvaluatorOptions options = {});
   StandardEvaluator(distribute::Strategy& strategy, distribute::DistributedDataset eval_dataset,
                     StandardEvaluatorOptions options = {});
   Outputs evaluate(int64_t num_steps) override;

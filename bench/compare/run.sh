@@ -1,61 +1,65 @@
 #!/usr/bin/env bash
-# strata next to PyTorch on this machine, in one run: the training steps/s, matmul and
-# eager-overhead workloads at 1 and 2 threads, with ratios. Needs Debian's python3-torch
-# (apt-get install python3-torch); without it, prints strata's figures only.
-#   [STRATA_BUILD_DIR=build] bench/compare/run.sh [--quick]
+# strata next to TensorFlow 2.21 and PyTorch 2.x on this machine, in one run, with ratios
+# from that run: the training workloads at 1 and 2 threads (strata-bench's train suite;
+# TensorFlow's custom loop under the default strategy and MirroredStrategy(2), with and
+# without tf.function, and Keras fit under MirroredStrategy(2); PyTorch eager and
+# torch.compile), the eager overhead of a 1-element add, and across 2 processes on
+# 127.0.0.1 (strata-train --strategy multi_worker under strata-launch, TensorFlow's
+# MultiWorkerMirroredStrategy, PyTorch DDP; all-reduce bus bandwidth). Ends with one
+# Markdown table (bench/compare/table.py) for bench/README.md.
+#
+# Python: the comparison environment (.venv-compare, scripts/compare-env.sh) when present;
+# otherwise Debian's python3-torch (PyTorch 1.13, no TensorFlow); otherwise strata alone.
+#   [STRATA_BUILD_DIR=build] [STRATA_COMPARE_OUT=DIR] bench/compare/run.sh [--quick]
+# Timings mean something only on an idle machine (load average < 1 before starting).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${STRATA_BUILD_DIR:-build}  # the build folder holding bin/strata-bench
-bench=$build/bin/strata-bench
-[ -x "$bench" ] || { echo "build strata-bench first (cmake --build $build --target strata-bench)" >&2; exit 2; }
-quick=${1:-}
-have_torch=0
-/usr/bin/python3 -c "import torch" 2>/dev/null && have_torch=1
-for threads in 1 2; do
-  echo "== $threads thread(s) =="
-  STRATA_NUM_THREADS=$threads "$bench" train autograd --threads "$threads" $quick --json "/tmp/strata-bench-$threads.json" >/dev/null
-  if [ $have_torch = 1 ]; then
-    OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 bench/compare/torch_workloads.py --threads "$threads" $quick > "/tmp/torch-$threads.json"
-  else
-    echo '{}' > "/tmp/torch-$threads.json"
-  fi
-  /usr/bin/python3 - "$threads" <<'PY'
-import json, sys
-t = sys.argv[1]
-s = {r["name"]: r for r in json.load(open(f"/tmp/strata-bench-{t}.json"))["results"]}
-p = json.load(open(f"/tmp/torch-{t}.json"))
-def row(label, strata, torch_value, unit, lower=False):
-    ratio = "" if not torch_value else f"{(torch_value / strata if lower else strata / torch_value):6.2f}x"
-    tv = f"{torch_value:10.3f}" if torch_value else "       n/a"
-    print(f"{label:40s} strata {strata:10.3f}  pytorch {tv}  {unit:8s} {ratio}")
-mlp = s.get("MLP 784-512-512-10 b128 default", {}).get("value", 0)
-cnn = s.get("CNN b64 default", {}).get("value", 0)
-row("MLP train (default strategy)", mlp, p.get("mlp_steps_per_s"), "steps/s")
-row("CNN train (default strategy)", cnn, p.get("cnn_steps_per_s"), "steps/s")
-row("eager add, no tape", s.get("eager add, 1 element, no tape", {}).get("value", 0), p.get("eager_add_us"), "us", True)
-row("eager add, taped", s.get("eager add, 1 element, watching tape", {}).get("value", 0), p.get("eager_add_grad_us"), "us", True)
-PY
+bin=$build/bin
+for program in strata-bench strata-train strata-launch; do
+  [ -x "$bin/$program" ] || { echo "build $program first (cmake --build $build --target $program)" >&2; exit 2; }
 done
-# Across processes, 2 workers on 127.0.0.1: strata's all-reduce (GlooCommunicator) next to
-# torch.distributed's gloo all_reduce, and PyTorch DDP's MLP samples/s (torch_ddp_mlp.py).
-echo "== across processes, 2 workers =="
-"$bench" collectives $quick --json /tmp/strata-bench-collectives.json >/dev/null
-if [ $have_torch = 1 ]; then
-  /usr/bin/python3 bench/compare/torch_ddp_mlp.py $quick > /tmp/torch-ddp.json
-else
-  echo '{}' > /tmp/torch-ddp.json
+quick=${1:-}
+out=${STRATA_COMPARE_OUT:-$build/compare}
+rm -rf "$out"
+mkdir -p "$out"
+
+tf_python='' torch_python=''
+if [ -x .venv-compare/bin/python ]; then
+  tf_python=.venv-compare/bin/python torch_python=.venv-compare/bin/python
+elif /usr/bin/python3 -c "import torch" 2> /dev/null; then
+  torch_python=/usr/bin/python3
 fi
-/usr/bin/python3 - <<'PY'
-import json
-s = {r["name"]: r for r in json.load(open("/tmp/strata-bench-collectives.json"))["results"]}
-p = json.load(open("/tmp/torch-ddp.json"))
-for label, nbytes in (("1 MB", 1 << 20), ("64 MB", 64 << 20)):
-    r = s.get(f"cross-process all_reduce x2 {label} busbw")
-    sv = f"{r['value']:10.3f}" if r else "       n/a"
-    tv = p.get("allreduce_busbw_gbps", {}).get(str(nbytes))
-    ratio = f"{r['value'] / tv:6.2f}x" if r and tv else ""
-    tvs = f"{tv:10.3f}" if tv else "       n/a"
-    print(f"{'all_reduce busbw x2 ' + label:40s} strata {sv}  pytorch {tvs}  GB/s     {ratio}")
-if p.get("ddp_mlp_samples_per_s"):
-    print(f"{'PyTorch DDP MLP 2 workers x b64':40s} pytorch {p['ddp_mlp_samples_per_s']:10.0f} samples/s")
-PY
+compile_flag=
+if [ -n "$torch_python" ] && "$torch_python" -c "import torch, sys; sys.exit(not hasattr(torch, 'compile'))"; then
+  compile_flag=--compile
+fi
+# PyTorch's best setting on these machines (PLATFORM.md): OpenMP threads that sleep.
+export OMP_WAIT_POLICY=PASSIVE
+
+for threads in 1 2; do
+  echo "== $threads thread(s) ==" >&2
+  STRATA_NUM_THREADS=$threads "$bin/strata-bench" train autograd --threads "$threads" $quick \
+    --json "$out/strata-$threads.json" > /dev/null
+  if [ -n "$torch_python" ]; then
+    "$torch_python" bench/compare/torch_workloads.py --threads "$threads" $quick $compile_flag > "$out/torch-$threads.json"
+  fi
+  if [ -n "$tf_python" ]; then
+    "$tf_python" bench/compare/tf_workloads.py --threads "$threads" $quick > "$out/tf-$threads.json"
+  fi
+done
+
+echo "== across processes, 2 workers ==" >&2
+"$bin/strata-bench" collectives $quick --json "$out/strata-collectives.json" > /dev/null
+# strata-train's MLP (784-256-256-10) with SGD, 64 examples per worker, one thread each.
+steps=$([ -n "$quick" ] && echo 40 || echo 600)
+STRATA_NUM_THREADS=1 "$bin/strata-launch" --workers 2 -- "$bin/strata-train" --model mlp --strategy multi_worker \
+  --global-batch 128 --steps "$steps" --steps-per-loop "$((steps / 4))" --eval-steps 1 --optimizer sgd \
+  --learning-rate 0.01 --quiet --report "$out/strata-multi-worker.json" > /dev/null 2>&1
+if [ -n "$torch_python" ]; then
+  "$torch_python" bench/compare/torch_ddp_mlp.py --hidden 256 $quick > "$out/torch-ddp.json"
+fi
+if [ -n "$tf_python" ]; then
+  "$tf_python" bench/compare/tf_mwms.py --hidden 256 $quick > "$out/tf-mwms.json"
+fi
+/usr/bin/python3 bench/compare/table.py "$out"

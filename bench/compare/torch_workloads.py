@@ -3,10 +3,13 @@
 
 Prints one JSON object: MLP 784-512-512-10 (batch 128) and the MNIST CNN (batch 64)
 training steps/s with SGD, torch.mm 1024^3 GFLOP/s and the eager overhead of a 1-element
-add, at the thread count given by --threads. Run it with OMP_WAIT_POLICY=PASSIVE (PyTorch's
+add, at the thread count given by --threads. With --compile (PyTorch 2.x), also the two
+models under torch.compile (mlp_compiled_steps_per_s, cnn_compiled_steps_per_s); where
+compilation fails on this machine, compile_error says why and the figures are left out. Run it with OMP_WAIT_POLICY=PASSIVE (PyTorch's
 best setting on these machines, see ../shared/PLATFORM.md); bench/compare/run.sh does.
 """
 import argparse
+import copy
 import json
 import statistics
 import time
@@ -42,6 +45,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--quick", action="store_true")
+    p.add_argument("--compile", action="store_true", help="also time the models under torch.compile")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
@@ -56,6 +60,17 @@ def main():
         mlp, torch.randn(128, 784), torch.randint(0, 10, (128,)), 5 if a.quick else 50, reps)
     out["cnn_steps_per_s"] = train_steps_per_second(
         cnn, torch.randn(64, 1, 28, 28), torch.randint(0, 10, (64,)), 2 if a.quick else 10, reps)
+    if a.compile:
+        # Fresh models: compiling wraps the module; the eager figures above stay eager.
+        try:
+            for key, model, shape, batch, steps in (
+                    ("mlp", mlp, (128, 784), 128, 5 if a.quick else 50),
+                    ("cnn", cnn, (64, 1, 28, 28), 64, 2 if a.quick else 10)):
+                compiled = torch.compile(copy.deepcopy(model))
+                out[f"{key}_compiled_steps_per_s"] = train_steps_per_second(
+                    compiled, torch.randn(*shape), torch.randint(0, 10, (batch,)), steps, reps)
+        except Exception as e:  # noqa: BLE001 - any compiler failure: report it, keep the eager figures
+            out["compile_error"] = f"{type(e).__name__}: {str(e)[:300]}"
     n = 1024
     ma, mb = torch.randn(n, n), torch.randn(n, n)
     out["mm_1024_gflops"] = 2 * n ** 3 / timed(lambda: torch.mm(ma, mb), reps) / 1e9

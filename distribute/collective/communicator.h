@@ -23,6 +23,11 @@ struct CommunicationOptions {
   CommunicationImplementation implementation = CommunicationImplementation::Auto;
   int64_t bytes_per_pack = 0;     // 0: one pack for all gradients of a step
   double timeout_seconds = 300.0;  // every collective fails after this long
+  // Multi-process backends with heartbeats (Gloo): a peer whose process stops running
+  // (no heartbeat; SIGSTOP, a frozen machine) is named and the collective fails after this
+  // long; a peer that runs but is slow is waited for up to timeout_seconds
+  // (distribute/collective/heartbeat.h). A dead peer is reported at once.
+  double stall_timeout_seconds = 60.0;
 };
 
 class Communicator {
@@ -32,6 +37,9 @@ class Communicator {
   virtual int size() const = 0;
   // A short name for messages: "in-process", "gloo", "nccl".
   virtual std::string backend() const = 0;
+  // Where this communicator's buffers must live: cpu:0 for Gloo, the rank's GPU for NCCL.
+  // Cross-worker code stages its buffers there (distribute/cross_worker.cc).
+  virtual Device buffer_device() const { return Device(); }
 
   // Reduces `buffer` across ranks in place (Mean divides by size()).
   virtual void all_reduce(const Tensor& buffer, ReduceOp op) = 0;

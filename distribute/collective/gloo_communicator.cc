@@ -11,12 +11,17 @@
 #include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/address.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <dirent.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <sstream>
@@ -56,7 +61,23 @@ std::string seconds_str(double s) {
   return os.str();
 }
 
-std::string live_key(const std::string& prefix, int rank) { return prefix + "/live/" + std::to_string(rank); }
+std::string live_key(const std::string& prefix, int rank) { return HeartbeatMonitor::live_key(prefix, rank); }
+
+// Same local address (family, address, port)?
+bool same_socket_address(const sockaddr_storage& a, const sockaddr_storage& b) {
+  if (a.ss_family != b.ss_family) return false;
+  if (a.ss_family == AF_INET) {
+    const auto& x = reinterpret_cast<const sockaddr_in&>(a);
+    const auto& y = reinterpret_cast<const sockaddr_in&>(b);
+    return x.sin_port == y.sin_port && x.sin_addr.s_addr == y.sin_addr.s_addr;
+  }
+  if (a.ss_family == AF_INET6) {
+    const auto& x = reinterpret_cast<const sockaddr_in6&>(a);
+    const auto& y = reinterpret_cast<const sockaddr_in6&>(b);
+    return x.sin6_port == y.sin6_port && std::memcmp(&x.sin6_addr, &y.sin6_addr, sizeof(x.sin6_addr)) == 0;
+  }
+  return false;
+}
 
 // "1, 2 and 3"
 std::string rank_list(const std::vector<int>& ranks) {
@@ -179,6 +200,21 @@ GlooCommunicator::GlooCommunicator(const GlooCommunicatorOptions& options)
                " was already used by another group (", joined, " joins for a group of ", size_,
                "): give each group its own prefix");
   store.set_ephemeral(live_key(prefix, rank_), "1");
+  if (options.heartbeat_store && size_ > 1) {
+    STRATA_CHECK(options.comm.stall_timeout_seconds > 0, "gloo: stall_timeout_seconds must be positive, got ",
+                 options.comm.stall_timeout_seconds);
+    HeartbeatOptions h;
+    h.store = options.heartbeat_store;
+    h.prefix = prefix;
+    h.rank = rank_;
+    h.size = size_;
+    h.member = options.member;
+    h.stall_timeout_seconds = options.comm.stall_timeout_seconds;
+    h.store_host_rank = options.store_host_rank;
+    h.on_stall = [this] { abort_connections(); };
+    // Before the mesh connects: every member's first record then exists when it is done.
+    monitor_ = std::make_unique<HeartbeatMonitor>(std::move(h));
+  }
 
   try {
     auto context = std::make_shared<gloo::rendezvous::Context>(rank_, size_);
@@ -202,13 +238,17 @@ GlooCommunicator::GlooCommunicator(const GlooCommunicatorOptions& options)
   } catch (const Error&) {
     throw;  // already names the ranks that never joined
   } catch (const std::exception& e) {  // gloo::EnforceNotMet, gloo::IoException, ...
-    const std::string gone = gone_ranks();
-    fail("gloo: rank ", rank_, " of ", size_, " could not connect group '", prefix, "'",
+    int first_gone = -1;
+    bool unreachable = false;
+    const std::string gone = gone_ranks(&first_gone, &unreachable);
+    fail("gloo: ", options.member, " ", rank_, " of ", size_, " could not connect group '", prefix, "'",
          gone.empty() ? "" : ": " + gone, ": ", e.what());
   }
 }
 
-GlooCommunicator::~GlooCommunicator() = default;
+GlooCommunicator::~GlooCommunicator() {
+  monitor_.reset();  // its thread may touch context_
+}
 
 const char* GlooCommunicator::allreduce_algorithm(int64_t bytes) const {
   if (options_.comm.implementation == CommunicationImplementation::Ring) return "ring";
@@ -219,13 +259,29 @@ const char* GlooCommunicator::allreduce_algorithm(int64_t bytes) const {
 }
 
 void GlooCommunicator::check_usable(const char* op) const {
-  STRATA_CHECK(broken_.empty(), "gloo ", op, ": rank ", rank_, " of ", size_,
-               ": the communicator is unusable after an earlier failure: ", broken_);
+  std::string why = broken_;
+  std::optional<PeerFailure> peer = broken_by_peer_;
+  if (why.empty() && monitor_) {
+    // A stall found after the last collective returned: its sockets are shut down.
+    if (auto v = monitor_->verdict()) {
+      why = v->describe(options_.member, options_.comm.stall_timeout_seconds);
+      peer = PeerFailure(why, options_.member, v->rank, PeerFailureCause::Stalled);
+    }
+  }
+  if (why.empty()) return;
+  const std::string message = strata::detail::concat("gloo ", op, ": ", options_.member, " ", rank_, " of ", size_,
+                                             ": the communicator is unusable after an earlier failure: ", why);
+  if (peer) throw peer->with_message(message);
+  throw Error(message);
 }
 
-// Ranks whose store liveness key is gone, i.e. whose process closed its store connection.
-// A rank that died a moment ago may still look alive to the store, so look a few times.
-std::string GlooCommunicator::gone_ranks() {
+// Members whose store liveness key is gone, i.e. whose process closed its store
+// connection. A member that died a moment ago may still look alive to the store, so look
+// a few times. Sets *first_gone (the lowest gone rank) and *store_unreachable.
+std::string GlooCommunicator::gone_ranks(int* first_gone, bool* store_unreachable) {
+  *first_gone = -1;
+  *store_unreachable = false;
+  const std::string& member = options_.member;
   if (!options_.store) return {};
   try {
     const auto deadline =
@@ -234,33 +290,134 @@ std::string GlooCommunicator::gone_ranks() {
       std::vector<int> gone;
       for (int r = 0; r < size_; ++r)
         if (r != rank_ && !options_.store->check({live_key(options_.prefix, r)})) gone.push_back(r);
+      if (!gone.empty()) *first_gone = gone[0];
       if (gone.size() == 1)
-        return "rank " + std::to_string(gone[0]) + " is gone (its process left the rendezvous store)";
+        return member + " " + std::to_string(gone[0]) + " is gone (its process left the rendezvous store)";
       if (!gone.empty())
-        return "ranks " + rank_list(gone) + " are gone (their processes left the rendezvous store)";
-      if (std::chrono::steady_clock::now() >= deadline)
-        return "every other rank is still connected to the store, so a peer is slow or stuck "
-               "(did every rank call the same collectives in the same order?)";
+        return member + "s " + rank_list(gone) + " are gone (their processes left the rendezvous store)";
+      if (std::chrono::steady_clock::now() >= deadline) return {};
       std::this_thread::sleep_for(Millis(50));
     }
   } catch (const Error& e) {
-    return std::string("the rendezvous store is unreachable, so its host (the chief, rank 0) is "
-                       "probably gone: ") + e.what();
+    *store_unreachable = true;
+    const std::string host = options_.store_host_rank >= 0
+                                 ? member + " " + std::to_string(options_.store_host_rank)
+                                 : std::string("the chief, rank 0");
+    return "the rendezvous store is unreachable, so its host (" + host + ") is probably gone: " + e.what();
   }
 }
 
+// Why a collective failed, as far as this member can tell.
+struct GlooCommunicator::Diagnosis {
+  std::string text;
+  int rank = -1;  // the peer at fault, when one is
+  PeerFailureCause cause = PeerFailureCause::Gone;
+};
+
+GlooCommunicator::Diagnosis GlooCommunicator::diagnose() {
+  const std::string& member = options_.member;
+  const double stall = options_.comm.stall_timeout_seconds;
+  // 1. This member's heartbeat thread found a stalled peer (and woke this call).
+  if (monitor_) {
+    if (auto v = monitor_->verdict()) return {v->describe(member, stall), v->rank, PeerFailureCause::Stalled};
+  }
+  // 2. Another member found one and shut its connections down, which woke this call.
+  if (monitor_ && options_.store) {
+    if (auto v = HeartbeatMonitor::published_verdict(*options_.store, options_.prefix); v && v->rank != rank_)
+      return {v->describe(member, stall) + " (found by another " + member + ")", v->rank, PeerFailureCause::Stalled};
+  }
+  // 3. Peers whose processes are gone.
+  int first_gone = -1;
+  bool unreachable = false;
+  std::string gone = gone_ranks(&first_gone, &unreachable);
+  if (first_gone >= 0) return {gone, first_gone, PeerFailureCause::Gone};
+  if (unreachable) return {gone, options_.store_host_rank, PeerFailureCause::Gone};
+  // 4. Peers that are alive but behind (their heartbeats say where they are).
+  std::vector<int> behind;
+  int64_t behind_at = -1;
+  if (monitor_ && options_.store) {
+    const auto progress = HeartbeatMonitor::peer_progress(*options_.store, options_.prefix, size_);
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_ || progress[size_t(r)] < 0 || progress[size_t(r)] >= int64_t(calls_)) continue;
+      if (behind.empty()) behind_at = progress[size_t(r)];
+      behind.push_back(r);
+    }
+  }
+  if (!behind.empty()) {
+    std::ostringstream os;
+    os << member << (behind.size() > 1 ? "s " : " ") << rank_list(behind) << (behind.size() > 1 ? " are" : " is")
+       << " alive (heartbeats go on) but did not reach collective #" << calls_ << " within "
+       << seconds_str(options_.comm.timeout_seconds) << " (" << member << " " << behind[0] << " is at #" << behind_at
+       << "): a step that slow, or one that hangs in its own code";
+    return {os.str(), behind[0], PeerFailureCause::Behind};
+  }
+  return {"every other " + member + " is still connected to the store" +
+              std::string(monitor_ ? " and has reached this collective" : "") +
+              ", so a peer is slow or stuck (did every " + member +
+              " call the same collectives in the same order?)",
+          -1, PeerFailureCause::Gone};
+}
+
 void GlooCommunicator::fail_call(const Call& call, const std::string& cause) {
+  const Diagnosis d = diagnose();
   std::ostringstream os;
-  os << "gloo " << call.op << " failed on rank " << rank_ << " of " << size_ << " (collective #" << calls_
-     << ", " << call.what << ", timeout " << seconds_str(options_.comm.timeout_seconds) << "): " << gone_ranks()
-     << "; gloo said: " << cause;
+  os << "gloo " << call.op << " failed on " << options_.member << " " << rank_ << " of " << size_ << " (collective #"
+     << calls_ << ", " << call.what << ", timeout " << seconds_str(options_.comm.timeout_seconds);
+  if (monitor_) os << ", stall timeout " << seconds_str(options_.comm.stall_timeout_seconds);
+  os << "): " << d.text << "; gloo said: " << cause;
   broken_ = os.str();
+  if (d.rank >= 0) {
+    broken_by_peer_ = PeerFailure(broken_, options_.member, d.rank, d.cause);
+    throw *broken_by_peer_;
+  }
   throw Error(broken_);
+}
+
+// Gloo cannot cancel a collective in flight; closing its connections makes the blocked
+// call fail at once ("connection closed"). The sockets are found by their local
+// addresses (each pair's own) and shut down, not closed: Gloo still owns and closes the
+// descriptors, so none can be reused under it.
+void GlooCommunicator::abort_connections() {
+  if (!context_) return;
+  std::vector<sockaddr_storage> mine;
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    auto& pair = context_->getPair(r);
+    if (!pair) continue;
+    if (const auto* a = dynamic_cast<const gloo::transport::tcp::Address*>(&pair->address()))
+      mine.push_back(a->getSockaddr());
+  }
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (!dir) return;
+  const int own = ::dirfd(dir);
+  while (const dirent* e = ::readdir(dir)) {
+    char* end = nullptr;
+    const long fd = std::strtol(e->d_name, &end, 10);
+    if (end == e->d_name || *end != '\0' || fd == own) continue;
+    sockaddr_storage local{};
+    socklen_t len = sizeof(local);
+    if (::getsockname(int(fd), reinterpret_cast<sockaddr*>(&local), &len) != 0) continue;
+    for (const auto& m : mine) {
+      if (same_socket_address(local, m)) {
+        ::shutdown(int(fd), SHUT_RDWR);
+        break;
+      }
+    }
+  }
+  ::closedir(dir);
 }
 
 template <typename Fn>
 void GlooCommunicator::run(const Call& call, Fn&& fn) {
   ++calls_;
+  // The heartbeat thread judges peers only while this member waits in a collective.
+  struct Waiting {
+    HeartbeatMonitor* monitor;
+    ~Waiting() {
+      if (monitor) monitor->leave();
+    }
+  } waiting{monitor_.get()};
+  if (monitor_) monitor_->enter(int64_t(calls_));
   try {
     fn();
   } catch (const Error&) {

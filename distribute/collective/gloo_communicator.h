@@ -9,6 +9,16 @@
 // or did not arrive within CommunicationOptions::timeout_seconds) the communicator asks
 // the store which ranks are gone, so the strata::Error names them. After a failure the
 // communicator is unusable: every later call throws (as an aborted NCCL communicator).
+//
+// Stall detection (with GlooCommunicatorOptions::heartbeat_store): every member runs a
+// HeartbeatMonitor (distribute/collective/heartbeat.h, which defines "stall"). A peer
+// whose process stops running is named within CommunicationOptions::stall_timeout_seconds
+// of waiting for it: the monitor shuts this member's Gloo sockets down (Gloo has no call
+// that cancels a collective in flight, so the blocked collective is woken by its
+// connections closing) and the collective throws. A peer that runs but lags is waited
+// for until timeout_seconds, and then named as behind. Failures caused by a peer — gone,
+// stalled, behind — throw PeerFailure (distribute/collective/peer_failure.h), a
+// strata::Error that names it, so launchers can tell the root cause from its echoes.
 // Creating one sets SIGPIPE to SIG_IGN when it is at its default (Gloo writes to sockets
 // without MSG_NOSIGNAL, so a dead peer would otherwise kill the process).
 //
@@ -23,9 +33,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <strata/distribute/collective/communicator.h>
+#include <strata/distribute/collective/heartbeat.h>
+#include <strata/distribute/collective/peer_failure.h>
 
 namespace gloo {
 class Context;
@@ -58,6 +71,14 @@ struct GlooCommunicatorOptions {
   // faster (bcube neither pipelines nor reuses its scratch buffer). So: 4 MB for 2 ranks,
   // 16 MB for more.
   int64_t ring_min_bytes = -1;
+  // A second client of the same store for the heartbeat thread (its timeout should be
+  // comm.stall_timeout_seconds). Null: no heartbeats, so a stalled peer is only found at
+  // comm.timeout_seconds, as a peer that did not arrive.
+  std::shared_ptr<TcpStore> heartbeat_store;
+  // How messages name the members ("worker 1 is gone"), and which member's process
+  // hosts the store (-1: none of them), so that a store that stops answering names it.
+  std::string member = "rank";
+  int store_host_rank = -1;
 };
 
 // True when strata was built with Gloo.
@@ -95,7 +116,12 @@ class GlooCommunicator final : public Communicator {
   template <typename Fn>
   void run(const Call& call, Fn&& fn);
   [[noreturn]] void fail_call(const Call& call, const std::string& cause);
-  std::string gone_ranks();
+  struct Diagnosis;
+  Diagnosis diagnose();
+  std::string gone_ranks(int* first_gone, bool* store_unreachable);
+  // Shuts down this member's Gloo sockets so that a collective blocked on a stalled peer
+  // returns (called by the heartbeat thread).
+  void abort_connections();
 
   int rank_;
   int size_;
@@ -103,6 +129,8 @@ class GlooCommunicator final : public Communicator {
   std::shared_ptr<gloo::Context> context_;
   uint64_t calls_ = 0;
   std::string broken_;  // why the communicator is unusable; empty while healthy
+  std::optional<PeerFailure> broken_by_peer_;  // when a peer caused it
+  std::unique_ptr<HeartbeatMonitor> monitor_;  // with options_.heartbeat_store
 };
 #endif
 

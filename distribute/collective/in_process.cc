@@ -76,11 +76,14 @@ Tensor fold_reduce(const std::vector<Tensor>& values, ReduceOp op, Device device
   Tensor acc = Tensor::empty(first.shape(), first.dtype(), device);
   acc.copy_(first);
   for (size_t r = 1; r < values.size(); ++r) {
+    // Values on another GPU are copied next to the accumulator first (ops take inputs
+    // from one device's memory; all cpu:N share host memory).
+    const Tensor v = same_memory(values[r].device(), acc.device()) ? values[r] : values[r].to(acc.device());
     switch (op) {
       case ReduceOp::Sum:
-      case ReduceOp::Mean: acc = add(acc, values[r]); break;
-      case ReduceOp::Max: acc = maximum(acc, values[r]); break;
-      case ReduceOp::Min: acc = minimum(acc, values[r]); break;
+      case ReduceOp::Mean: acc = add(acc, v); break;
+      case ReduceOp::Max: acc = maximum(acc, v); break;
+      case ReduceOp::Min: acc = minimum(acc, v); break;
     }
   }
   if (op == ReduceOp::Mean && values.size() > 1) {

@@ -10,12 +10,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <iostream>
 #include <map>
 #include <optional>
+#include <set>
 #include <sstream>
 
 #include <strata/core/error.h>
@@ -30,7 +33,50 @@ using Clock = std::chrono::steady_clock;
 // starts with an opcode (request) or a status (reply); strings are u32 length + bytes.
 enum class Op : uint8_t { Set = 1, SetEphemeral, Get, Add, Check, Wait, Remove };
 enum class Status : uint8_t { Ok = 0, Timeout = 1, Error = 2 };
-constexpr uint32_t kMaxFrame = 256u << 20;
+
+// Frame caps, per request type: a set carries a key and a value; every other request
+// carries keys only. Checked when a frame's first five bytes (length, opcode) arrive.
+constexpr uint32_t kMaxSetFrame = uint32_t(1 + 4 + kMaxStoreKeyBytes + 4 + kMaxStoreValueBytes);
+constexpr uint32_t kMaxKeysFrame = 1u << 20;
+constexpr uint32_t kMaxFrame = kMaxSetFrame;  // the largest frame of either direction
+// A connection's unread input never exceeds one largest frame with its length prefix.
+constexpr size_t kMaxConnInput = 4 + size_t(kMaxFrame);
+
+uint32_t store_frame_cap(uint8_t op) {
+  switch (Op(op)) {
+    case Op::Set:
+    case Op::SetEphemeral: return kMaxSetFrame;
+    case Op::Get:
+    case Op::Add:
+    case Op::Check:
+    case Op::Wait:
+    case Op::Remove: return kMaxKeysFrame;
+  }
+  return 0;  // not a request: refused at once
+}
+
+// The handshake (tcp_store.h): greeting = kStoreGreeting || server nonce; answer = client nonce
+// || HMAC(secret, kStoreAuthLabel "client" || server nonce || client nonce); reply = status ||
+// HMAC(secret, kStoreAuthLabel "server" || server nonce || client nonce).
+constexpr std::string_view kStoreGreeting = "strata-store-auth-v1";
+constexpr std::string_view kStoreAuthLabel = "strata-store-auth-v1 ";
+constexpr size_t kStoreNonceBytes = 32;
+constexpr size_t kStoreAnswerBytes = kStoreNonceBytes + 32;
+// Connections still authenticating, at most: beyond that the oldest is dropped, so a flood
+// of idle strangers neither exhausts descriptors nor keeps out a client that answers at once.
+constexpr size_t kStoreMaxUnauthenticated = 64;
+// Distinct refused addresses logged; one line says when later ones are not.
+constexpr size_t kStoreMaxLoggedPeers = 256;
+
+std::string store_auth_message(std::string_view role, std::string_view server_nonce, std::string_view client_nonce) {
+  std::string m(kStoreAuthLabel);
+  m += role;
+  m += server_nonce;
+  m += client_nonce;
+  return m;
+}
+
+std::string store_digest_str(const Digest& d) { return std::string(reinterpret_cast<const char*>(d.data()), d.size()); }
 
 void put_u32(std::string& s, uint32_t v) {
   for (int i = 0; i < 4; ++i) s.push_back(char((v >> (8 * i)) & 0xff));
@@ -112,23 +158,31 @@ void set_nodelay(int fd) {
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
+// "10.0.0.5" / "::1" for a socket address (the log's and bound_host()'s form).
+std::string store_numeric_address(const sockaddr_storage& addr) {
+  char host[NI_MAXHOST] = "?";
+  const socklen_t len = addr.ss_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
+  ::getnameinfo(reinterpret_cast<const sockaddr*>(&addr), len, host, sizeof(host), nullptr, 0, NI_NUMERICHOST);
+  return host;
+}
+
 // Milliseconds left until `deadline` for poll(), at least 0.
 int ms_until(Clock::time_point deadline) {
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
   return int(std::clamp<int64_t>(left, 0, 1 << 30));
 }
 
+// The whole text as a decimal int64 (an optional sign, then digits), over int64's full
+// range: a value `add` stored, INT64_MAX included, reads back.
 bool parse_int64(const std::string& text, int64_t& out) {
-  if (text.empty()) return false;
-  size_t i = (text[0] == '-' || text[0] == '+') ? 1 : 0;
-  if (i == text.size()) return false;
+  const char* begin = text.data();
+  const char* end = text.data() + text.size();
+  if (begin != end && *begin == '+') ++begin;
+  if (begin == end || (*begin == '-' && text[0] == '+')) return false;
   int64_t v = 0;
-  for (; i < text.size(); ++i) {
-    if (text[i] < '0' || text[i] > '9') return false;
-    if (v > (INT64_MAX - 9) / 10) return false;
-    v = v * 10 + (text[i] - '0');
-  }
-  out = text[0] == '-' ? -v : v;
+  const auto [ptr, ec] = std::from_chars(begin, end, v);
+  if (ec != std::errc() || ptr != end) return false;
+  out = v;
   return true;
 }
 
@@ -141,6 +195,13 @@ struct TcpStoreServer::State {
     std::string in, out;
     bool busy = false;  // a parked request: later frames wait behind it
     bool closed = false;
+    // Until `authenticated` the only frame read is the handshake answer to `nonce`, due by
+    // `auth_deadline`. A refused connection is `closing`: its refusal is sent, then it is dropped.
+    bool authenticated = false;
+    bool closing = false;
+    std::string nonce;
+    Clock::time_point auth_deadline{};
+    std::string peer = "?";  // the peer's address, for the refusal log
   };
   struct Pending {
     int fd;
@@ -152,6 +213,61 @@ struct TcpStoreServer::State {
   std::map<std::string, int> owner;  // ephemeral key -> connection that set it
   std::map<int, Conn> conns;
   std::vector<Pending> pending;
+  // Authentication (unset in serve_bytes_for_testing, which feeds process() directly).
+  std::optional<JobSecret> secret;
+  std::string name;  // "store 127.0.0.1:29500", for the log
+  std::atomic<int64_t>* refused = nullptr;
+  std::set<std::string> logged_peers;
+
+  // Bytes a connection may read now: the rest of the handshake answer before it is
+  // authenticated, then up to kMaxConnInput of unread input.
+  static size_t read_allowance(const Conn& c) {
+    if (c.closed || c.closing) return 0;
+    const size_t cap = c.authenticated ? kMaxConnInput : 4 + kStoreAnswerBytes;
+    return c.in.size() < cap ? cap - c.in.size() : 0;
+  }
+
+  // Refuses a connection (once): counted, logged once per address, closed after `out`.
+  void refuse(Conn& c, const std::string& why) {
+    if (c.closing) return;
+    c.closing = true;
+    c.in.clear();
+    if (refused) ++*refused;
+    if (logged_peers.size() < kStoreMaxLoggedPeers) {
+      if (logged_peers.insert(c.peer).second)
+        std::cerr << "strata: " << name << ": refused a connection from " << c.peer << ": " << why
+                  << " (later refusals of this address are not logged)" << std::endl;
+    } else if (logged_peers.size() == kStoreMaxLoggedPeers) {
+      logged_peers.insert("");  // once
+      std::cerr << "strata: " << name << ": refused connections from " << kStoreMaxLoggedPeers
+                << " addresses; later refused addresses are not logged" << std::endl;
+    }
+  }
+
+  // Checks a connection's handshake answer once it has arrived whole.
+  void authenticate(Conn& c) {
+    if (c.authenticated || c.closing || c.in.size() < 4) return;
+    Reader r{c.in};
+    if (r.u32() != kStoreAnswerBytes) {
+      refuse(c, "it did not answer the authentication challenge (not a strata store client)");
+      return;
+    }
+    if (c.in.size() < 4 + kStoreAnswerBytes) return;
+    const std::string client_nonce = c.in.substr(4, kStoreNonceBytes);
+    const std::string tag = c.in.substr(4 + kStoreNonceBytes, kStoreAnswerBytes - kStoreNonceBytes);
+    c.in.erase(0, 4 + kStoreAnswerBytes);
+    if (!secret->verify(store_auth_message("client", c.nonce, client_nonce), tag)) {
+      std::string payload(1, char(Status::Error));
+      put_str(payload, "authentication failed: not this job's secret");
+      c.out += frame(payload);
+      refuse(c, "wrong proof of the job secret");
+      return;
+    }
+    c.authenticated = true;
+    std::string payload(1, char(Status::Ok));
+    payload += store_digest_str(secret->mac(store_auth_message("server", c.nonce, client_nonce)));
+    c.out += frame(payload);
+  }
 
   bool has_all(const std::vector<std::string>& keys) const {
     return std::all_of(keys.begin(), keys.end(), [&](const auto& k) { return kv.count(k) != 0; });
@@ -186,7 +302,11 @@ struct TcpStoreServer::State {
       }
       case Op::Get:
       case Op::Wait: {
-        const int64_t timeout_ms = r.i64();
+        // The wait comes from the peer: clamped to [0, a year] (longer than any job waits),
+        // so that the deadline cannot overflow the clock's nanoseconds (found by
+        // fuzz/tcp_store_fuzz.cc).
+        constexpr int64_t kMaxWaitMs = int64_t(365) * 24 * 3600 * 1000;
+        const int64_t timeout_ms = std::clamp<int64_t>(r.i64(), 0, kMaxWaitMs);
         auto keys = op == Op::Get ? std::vector<std::string>{r.str()} : r.keys();
         if (!r.ok) return false;
         conns[fd].busy = true;
@@ -204,7 +324,11 @@ struct TcpStoreServer::State {
           reply(fd, Status::Error, body);
           return true;
         }
-        value += delta;
+        if (__builtin_add_overflow(value, delta, &value)) {
+          put_str(body, "adding " + std::to_string(delta) + " to key '" + key + "' overflows 64-bit integers");
+          reply(fd, Status::Error, body);
+          return true;
+        }
         put(key, std::to_string(value), -1);
         put_i64(body, value);
         reply(fd, Status::Ok, body);
@@ -236,7 +360,9 @@ struct TcpStoreServer::State {
     while (!c.busy && !c.closed && c.in.size() >= 4) {
       Reader r{c.in};
       const uint32_t n = r.u32();
-      if (n > kMaxFrame) {
+      // Capped by its type as soon as the opcode is in: an announced large frame is never
+      // waited for (nor buffered).
+      if (n > kMaxFrame || (c.in.size() >= 5 && n > store_frame_cap(uint8_t(c.in[4])))) {
         c.closed = true;
         return;
       }
@@ -295,15 +421,21 @@ struct TcpStoreServer::State {
   }
 };
 
-TcpStoreServer::TcpStoreServer(int port, const std::string& bind_host) : state_(std::make_unique<State>()) {
+TcpStoreServer::TcpStoreServer(int port, const std::string& bind_host, TcpStoreServerOptions options)
+    : state_(std::make_unique<State>()) {
   STRATA_CHECK(port >= 0 && port <= 65535, "TcpStoreServer: port must be in [0, 65535], got ", port);
+  STRATA_CHECK(options.handshake_timeout_seconds > 0, "TcpStoreServer: handshake timeout must be positive, got ",
+               options.handshake_timeout_seconds);
+  STRATA_CHECK(!bind_host.empty(), "TcpStoreServer: empty bind address (give the address to listen on, e.g. 127.0.0.1)");
+  state_->secret = options.secret ? *options.secret : JobSecret::current();
+  handshake_timeout_ = options.handshake_timeout_seconds;
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_PASSIVE;
   addrinfo* res = nullptr;
   const std::string port_text = std::to_string(port);
-  const int gai = ::getaddrinfo(bind_host.empty() ? nullptr : bind_host.c_str(), port_text.c_str(), &hints, &res);
+  const int gai = ::getaddrinfo(bind_host.c_str(), port_text.c_str(), &hints, &res);
   STRATA_CHECK(gai == 0, "TcpStoreServer: cannot resolve ", bind_host, ": ", ::gai_strerror(gai));
   std::string last_error = "no address";
   for (addrinfo* a = res; a; a = a->ai_next) {
@@ -325,6 +457,9 @@ TcpStoreServer::TcpStoreServer(int port, const std::string& bind_host) : state_(
   ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
   port_ = addr.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port)
                                      : ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+  bound_host_ = store_numeric_address(addr);
+  state_->name = "store " + bind_host + ":" + std::to_string(port_);
+  state_->refused = &refused_;
   set_nonblocking(listen_fd_);
   if (::pipe2(wake_pipe_, O_CLOEXEC | O_NONBLOCK) != 0) {
     ::close(listen_fd_);
@@ -334,6 +469,21 @@ TcpStoreServer::TcpStoreServer(int port, const std::string& bind_host) : state_(
 }
 
 TcpStoreServer::~TcpStoreServer() { stop(); }
+
+std::string TcpStoreServer::serve_bytes_for_testing(std::string_view input) {
+  State state;
+  // A descriptor number no socket uses: nothing here reads, writes or closes it.
+  constexpr int kFd = 1 << 20;
+  state.conns[kFd].in.assign(input.data(), input.size());
+  state.process(kFd);
+  // Parked requests are answered as at their deadline; each answer may release frames
+  // queued behind it, which may park again.
+  while (!state.pending.empty()) {
+    for (auto& p : state.pending) p.deadline = Clock::time_point::min();
+    state.resolve();
+  }
+  return state.conns[kFd].out;
+}
 
 void TcpStoreServer::stop() {
   if (!thread_.joinable()) return;
@@ -353,20 +503,44 @@ void TcpStoreServer::serve() {
   std::optional<Clock::time_point> next_deadline;
   std::vector<pollfd> fds;
   std::vector<char> buf(1 << 16);
+  const auto handshake = std::chrono::milliseconds(to_ms(handshake_timeout_));
   for (;;) {
     fds.clear();
     fds.push_back({wake_pipe_[0], POLLIN, 0});
     fds.push_back({listen_fd_, POLLIN, 0});
-    for (auto& [fd, c] : s.conns) fds.push_back({fd, short(POLLIN | (c.out.empty() ? 0 : POLLOUT)), 0});
-    const int timeout = next_deadline ? ms_until(*next_deadline) + 1 : -1;
+    // Wake for the nearest parked request's deadline or handshake deadline.
+    std::optional<Clock::time_point> wake_at = next_deadline;
+    for (auto& [fd, c] : s.conns) {
+      // A connection at its input cap is not read (TCP pushes back on its sender).
+      const short events = short((State::read_allowance(c) > 0 ? POLLIN : 0) | (c.out.empty() ? 0 : POLLOUT));
+      fds.push_back({fd, events, 0});
+      if (!c.authenticated && (!wake_at || c.auth_deadline < *wake_at)) wake_at = c.auth_deadline;
+    }
+    const int timeout = wake_at ? ms_until(*wake_at) + 1 : -1;
     if (::poll(fds.data(), fds.size(), timeout) < 0 && errno != EINTR) return;
     if (fds[0].revents) return;  // stop()
     if (fds[1].revents & POLLIN) {
       for (;;) {
-        const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        sockaddr_storage peer{};
+        socklen_t peer_len = sizeof(peer);
+        const int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&peer), &peer_len,
+                                 SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) break;
         set_nodelay(fd);
-        s.conns[fd];
+        // Too many connections still authenticating: the oldest (the idlest) goes.
+        size_t waiting = 0;
+        State::Conn* oldest = nullptr;
+        for (auto& [other_fd, other] : s.conns) {
+          if (other.authenticated || other.closing) continue;
+          ++waiting;
+          if (!oldest || other.auth_deadline < oldest->auth_deadline) oldest = &other;
+        }
+        if (waiting >= kStoreMaxUnauthenticated && oldest) s.refuse(*oldest, "too many connections waiting to authenticate");
+        auto& c = s.conns[fd];
+        c.peer = store_numeric_address(peer);
+        c.nonce = random_bytes(kStoreNonceBytes);
+        c.auth_deadline = Clock::now() + handshake;
+        c.out = frame(std::string(kStoreGreeting) + c.nonce);
       }
     }
     for (size_t i = 2; i < fds.size(); ++i) {
@@ -376,20 +550,43 @@ void TcpStoreServer::serve() {
       auto& c = it->second;
       if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) {
         for (;;) {
-          const ssize_t n = ::recv(fd, buf.data(), buf.size(), 0);
+          const size_t allowed = State::read_allowance(c);
+          if (allowed == 0) {
+            // Not reading, and the peer is gone: nothing it sent can be answered.
+            if (fds[i].revents & (POLLHUP | POLLERR)) c.closed = true;
+            break;
+          }
+          const ssize_t n = ::recv(fd, buf.data(), std::min(allowed, buf.size()), 0);
           if (n > 0) {
             c.in.append(buf.data(), size_t(n));
+            // Handled chunk by chunk, so that a frame over its cap is refused after the
+            // chunk that announced it, not after everything the socket holds.
+            if (!c.authenticated) s.authenticate(c);
+            if (c.authenticated) s.process(fd);
+            if (c.closed || c.closing) break;
             continue;
           }
-          if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) c.closed = true;
           if (n < 0 && errno == EINTR) continue;
+          if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) c.closed = true;
           break;
         }
-        s.process(fd);
+        if (!c.authenticated) {
+          s.authenticate(c);
+          if (c.closed && !c.authenticated) s.refuse(c, "it closed the connection without authenticating");
+        }
+        if (c.authenticated) s.process(fd);
       }
     }
+    size_t buffered = 0;
+    for (auto& [fd, c] : s.conns) buffered += c.in.size();
+    if (buffered > peak_buffered_.load()) peak_buffered_.store(buffered);
+    const auto now = Clock::now();
+    for (auto& [fd, c] : s.conns)
+      if (!c.authenticated && !c.closing && now >= c.auth_deadline)
+        s.refuse(c, "it did not authenticate within " + seconds_str(handshake_timeout_));
     next_deadline = s.resolve();
-    // Write what can be written now; the rest waits for POLLOUT.
+    // Write what can be written now; the rest waits for POLLOUT. A refused connection gets
+    // one attempt (its refusal is a few bytes) and is dropped.
     std::vector<int> dead;
     for (auto& [fd, c] : s.conns) {
       while (!c.closed && !c.out.empty()) {
@@ -401,7 +598,7 @@ void TcpStoreServer::serve() {
           break;
         }
       }
-      if (c.closed) dead.push_back(fd);
+      if (c.closed || c.closing) dead.push_back(fd);
     }
     if (!dead.empty()) {
       for (int fd : dead) s.drop(fd);
@@ -466,7 +663,7 @@ bool recv_exact(int fd, char* dst, size_t size, Clock::time_point deadline, std:
 
 }  // namespace
 
-TcpStore::TcpStore(const std::string& host, int port, double timeout_seconds)
+TcpStore::TcpStore(const std::string& host, int port, double timeout_seconds, std::optional<JobSecret> secret)
     : timeout_seconds_(timeout_seconds) {
   STRATA_CHECK(port >= 1 && port <= 65535, "TcpStore: port must be in [1, 65535], got ", port);
   STRATA_CHECK(timeout_seconds > 0, "TcpStore: timeout must be positive, got ", timeout_seconds);
@@ -516,6 +713,52 @@ TcpStore::TcpStore(const std::string& host, int port, double timeout_seconds)
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
+  authenticate(secret ? *secret : JobSecret::current(), timeout_seconds);
+}
+
+void TcpStore::authenticate(const JobSecret& secret, double timeout_seconds) {
+  const auto deadline = Clock::now() + std::chrono::milliseconds(to_ms(timeout_seconds));
+  auto give_up = [&](const std::string& why) {
+    ::close(fd_);
+    fd_ = -1;
+    fail("TcpStore: authenticating to the store at ", address_, " failed: ", why);
+  };
+  // Reads one frame of at most `cap` bytes.
+  auto read_frame = [&](uint32_t cap, std::string& payload) {
+    char header[4];
+    std::string error;
+    if (!recv_exact(fd_, header, 4, deadline, error)) give_up(error);
+    const std::string h(header, 4);
+    Reader r{h};
+    const uint32_t n = r.u32();
+    if (n == 0 || n > cap) give_up("unexpected handshake frame of " + std::to_string(n) + " bytes (not a strata store?)");
+    payload.resize(n);
+    if (!recv_exact(fd_, payload.data(), n, deadline, error)) give_up(error);
+  };
+  std::string greeting;
+  read_frame(uint32_t(kStoreGreeting.size() + kStoreNonceBytes), greeting);
+  if (greeting.size() != kStoreGreeting.size() + kStoreNonceBytes || greeting.compare(0, kStoreGreeting.size(), kStoreGreeting) != 0)
+    give_up("the server's greeting is not a strata store's (protocol " + std::string(kStoreGreeting) + ")");
+  const std::string server_nonce = greeting.substr(kStoreGreeting.size());
+  const std::string client_nonce = random_bytes(kStoreNonceBytes);
+  std::string error;
+  if (!send_all(fd_, frame(client_nonce + store_digest_str(secret.mac(store_auth_message("client", server_nonce, client_nonce)))),
+                deadline, error))
+    give_up(error);
+  std::string reply;
+  read_frame(1024, reply);
+  Reader r{reply};
+  const auto status = Status(r.u8());
+  if (status != Status::Ok) {
+    give_up("the store refused this process's job secret: every process of a job needs the same secret, in " +
+            std::string(kJobSecretEnv) + " or a file named by " + kJobSecretFileEnv +
+            " (strata-launch sets it for its workers)");
+  }
+  // Mutual: the server proves it holds the secret too, so a stranger listening on the
+  // store's address cannot pose as the store.
+  if (reply.size() != 1 + 32 ||
+      !secret.verify(store_auth_message("server", server_nonce, client_nonce), std::string_view(reply).substr(1)))
+    give_up("the server did not prove it holds the job secret: it is not this job's store");
 }
 
 TcpStore::~TcpStore() {
@@ -553,7 +796,17 @@ std::string TcpStore::request(const std::string& payload, double timeout_seconds
   return reply;
 }
 
+namespace {
+void check_store_key_value(const char* op, const std::string& key, const std::string& value) {
+  STRATA_CHECK(key.size() <= kMaxStoreKeyBytes, "TcpStore::", op, ": key of ", key.size(), " bytes exceeds the ",
+               kMaxStoreKeyBytes, "-byte limit");
+  STRATA_CHECK(value.size() <= kMaxStoreValueBytes, "TcpStore::", op, ": value of ", value.size(),
+               " bytes for key '", key.substr(0, 200), "' exceeds the store's ", kMaxStoreValueBytes, "-byte limit");
+}
+}  // namespace
+
 void TcpStore::set(const std::string& key, const std::string& value) {
+  check_store_key_value("set", key, value);
   std::string p(1, char(Op::Set));
   put_str(p, key);
   put_str(p, value);
@@ -561,6 +814,7 @@ void TcpStore::set(const std::string& key, const std::string& value) {
 }
 
 void TcpStore::set_ephemeral(const std::string& key, const std::string& value) {
+  check_store_key_value("set_ephemeral", key, value);
   std::string p(1, char(Op::SetEphemeral));
   put_str(p, key);
   put_str(p, value);

@@ -5,16 +5,22 @@
 #include <cstring>
 
 #include <strata/distribute/cluster_resolver.h>
+#include <strata/distribute/ps/rpc_codec.h>
 
 #ifdef STRATA_HAS_ZMQ
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <sodium.h>
+
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <iostream>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <zmq.hpp>
 #endif
@@ -54,16 +60,134 @@ zmq::context_t& context() {
 
 int to_ms(double seconds) { return int(std::clamp(seconds * 1000.0, 1.0, 2.0e9)); }
 
-// Header frame: {"h": user header, "t": [[dtype, shape], ...]}.
-std::string encode_header(const RpcMessage& m) {
-  nlohmann::json meta = nlohmann::json::array();
-  for (size_t i = 0; i < m.tensors.size(); ++i) {
-    const Tensor& t = m.tensors[i];
-    STRATA_CHECK(t.defined(), "rpc: tensor ", i, " of a message is undefined");
-    meta.push_back(nlohmann::json::array({dtype_name(t.dtype()), t.shape()}));
+// ---- authentication (rpc.h, docs/SECURITY.md)
+
+}  // namespace
+
+// Named (not file-local): RpcServer::Impl and RpcClient::Impl hold them, and a type with
+// internal linkage in their members breaks unity builds (-Wsubobject-linkage).
+namespace curve_detail {
+
+using CurveKey = std::array<uint8_t, crypto_box_PUBLICKEYBYTES>;
+
+// The job's CURVE keys, derived from its secret: whoever holds the secret can connect to
+// any of the job's servers (it knows their public key) and be admitted (it has the client
+// key); nobody else can do either. Curve25519 keys from a 32-byte seed: libsodium's
+// crypto_box_seed_keypair, the key type ZeroMQ's CURVE uses.
+struct PsCurveKeys {
+  CurveKey server_public{}, server_secret{}, client_public{}, client_secret{};
+  explicit PsCurveKeys(const JobSecret& secret) {
+    const Digest server_seed = secret.mac("strata-ps-curve-server-v1");
+    const Digest client_seed = secret.mac("strata-ps-curve-client-v1");
+    ::crypto_box_seed_keypair(server_public.data(), server_secret.data(), server_seed.data());
+    ::crypto_box_seed_keypair(client_public.data(), client_secret.data(), client_seed.data());
   }
-  return nlohmann::json{{"h", m.header}, {"t", meta}}.dump();
+};
+
+}  // namespace curve_detail
+using curve_detail::CurveKey;
+using curve_detail::PsCurveKeys;
+
+namespace {
+
+void set_curve_key(zmq::socket_t& sock, int option, const CurveKey& key) {
+  if (::zmq_setsockopt(sock.handle(), option, key.data(), key.size()) != 0) throw zmq::error_t();
 }
+
+// What to add to "not reachable": a process without a configured secret made its own,
+// which no server of another process accepts.
+std::string ps_secret_hint() {
+  try {
+    if (JobSecret::from_environment()) return {};
+  } catch (const std::exception&) {
+  }
+  return std::string(" (this process has no job secret: a server in another process refuses it; give every process ") +
+         "of the job the same " + kJobSecretEnv + " or " + kJobSecretFileEnv + ", as strata-launch does)";
+}
+
+// The ZAP handler (ZeroMQ RFC 27) of this process's context: ZeroMQ asks it to admit each
+// CURVE client that completed the handshake with one of our servers. Each server
+// registers a ZAP domain with the one client key it admits. Started before the first
+// server binds, never stopped (like the context).
+class PsZapHandler {
+ public:
+  static PsZapHandler& instance() {
+    static auto* handler = new PsZapHandler();
+    return *handler;
+  }
+  std::string add(const CurveKey& client_key, const std::string& server_name) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const std::string domain = "strata-rpc-" + std::to_string(next_++);
+    domains_[domain] = {client_key, server_name};
+    return domain;
+  }
+  void remove(const std::string& domain) {
+    std::lock_guard<std::mutex> lock(mu_);
+    domains_.erase(domain);
+  }
+
+ private:
+  struct Entry {
+    CurveKey client_key;
+    std::string server_name;
+  };
+  PsZapHandler() : sock_(context(), zmq::socket_type::rep) {
+    sock_.set(zmq::sockopt::linger, 0);
+    sock_.bind("inproc://zeromq.zap.01");
+    std::thread([this] { loop(); }).detach();
+  }
+  void loop() {
+    std::vector<zmq::message_t> request;
+    for (;;) {
+      request.clear();
+      try {
+        for (;;) {
+          zmq::message_t part;
+          if (!sock_.recv(part)) break;
+          const bool more = part.more();
+          request.push_back(std::move(part));
+          if (!more) break;
+        }
+        if (request.size() < 2) continue;  // REP: an answer is owed only to a well-formed request
+        const bool ok = admit(request);
+        std::vector<zmq::message_t> reply;
+        reply.emplace_back(std::string_view("1.0"));
+        reply.emplace_back(request[1].data(), request[1].size());
+        reply.emplace_back(std::string_view(ok ? "200" : "400"));
+        reply.emplace_back(std::string_view(ok ? "OK" : "not this job's client key"));
+        reply.emplace_back();
+        reply.emplace_back();
+        for (size_t i = 0; i < reply.size(); ++i)
+          sock_.send(reply[i], i + 1 < reply.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+      } catch (const zmq::error_t&) {
+        // EINTR, or a malformed exchange: ZeroMQ fails that handshake; keep serving.
+      }
+    }
+  }
+  bool admit(const std::vector<zmq::message_t>& r) {
+    // version, request id, domain, address, routing id, mechanism, credentials...
+    if (r.size() < 7 || r[0].to_string_view() != "1.0" || r[5].to_string_view() != "CURVE") return false;
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = domains_.find(r[2].to_string());
+    if (it == domains_.end()) return false;
+    const auto& key = it->second.client_key;
+    if (r[6].size() == key.size() && ::sodium_memcmp(r[6].data(), key.data(), key.size()) == 0) return true;
+    // A peer that knows a server key but not the client key: log its address once.
+    if (logged_.size() < 256 && logged_.insert(r[3].to_string()).second)
+      std::cerr << "strata: " << it->second.server_name << ": refused a connection from " << r[3].to_string_view()
+                << ": not this job's client key (later refusals of this address are not logged)" << std::endl;
+    return false;
+  }
+
+  zmq::socket_t sock_;
+  std::mutex mu_;
+  std::map<std::string, Entry> domains_;
+  std::set<std::string> logged_;
+  uint64_t next_ = 0;
+};
+
+// The header frame's encoding lives in rpc_codec.cc (pure, fuzzed).
+std::string encode_header(const RpcMessage& m) { return encode_rpc_header(m); }
 
 zmq::message_t tensor_frame(const Tensor& t) {
   Tensor host = t.device().is_cpu() ? t : t.to(Device());
@@ -75,34 +199,9 @@ zmq::message_t tensor_frame(const Tensor& t) {
 // Decodes frames [first, end) as a header frame followed by tensor frames.
 RpcMessage decode(std::vector<zmq::message_t>& parts, size_t first) {
   STRATA_CHECK(parts.size() > first, "rpc: message without a header frame");
-  RpcMessage m;
-  nlohmann::json all = nlohmann::json::parse(parts[first].to_string_view());
-  m.header = all.at("h");
-  const auto& meta = all.at("t");
-  STRATA_CHECK(meta.is_array() && meta.size() == parts.size() - first - 1, "rpc: header lists ", meta.size(),
-               " tensors but the message has ", parts.size() - first - 1, " tensor frames");
-  for (size_t i = 0; i < meta.size(); ++i) {
-    const DType dtype = dtype_from_name(meta[i].at(0).get<std::string>());
-    const Shape shape = meta[i].at(1).get<Shape>();
-    const auto& frame = parts[first + 1 + i];
-    // The frame's size bounds the shape before anything is allocated from it.
-    uint64_t bytes = dtype_size(dtype);
-    const bool empty = std::find(shape.begin(), shape.end(), 0) != shape.end();
-    for (int64_t d : shape) {
-      STRATA_CHECK(d >= 0, "rpc: negative extent in tensor ", i);
-      if (empty) continue;
-      STRATA_CHECK(bytes <= frame.size() / uint64_t(d), "rpc: tensor ", i, " (", dtype_name(dtype), shape_str(shape),
-                   ") does not fit its ", frame.size(), "-byte frame");
-      bytes *= uint64_t(d);
-    }
-    if (empty) bytes = 0;
-    STRATA_CHECK(frame.size() == bytes, "rpc: tensor ", i, " (", dtype_name(dtype), shape_str(shape), ") has ",
-                 frame.size(), " bytes, expected ", bytes);
-    Tensor t = Tensor::empty(shape, dtype, Device());  // host memory: the frame is copied in
-    if (t.nbytes() > 0) std::memcpy(t.raw_data(), frame.data(), t.nbytes());
-    m.tensors.push_back(std::move(t));
-  }
-  return m;
+  std::vector<std::string_view> tensor_frames;
+  for (size_t i = first + 1; i < parts.size(); ++i) tensor_frames.push_back(parts[i].to_string_view());
+  return decode_rpc_message(parts[first].to_string_view(), tensor_frames);
 }
 
 std::string id_bytes(uint64_t id) { return std::string(reinterpret_cast<const char*>(&id), sizeof(id)); }
@@ -138,6 +237,14 @@ struct RpcServer::Impl {
   int requested_port = 0;
   int bound_port = 0;
   std::string name;
+  std::optional<PsCurveKeys> keys;
+  std::string zap_domain;
+  // Handshake failures, reported by the socket's monitor (a PAIR socket on inproc).
+  std::unique_ptr<zmq::socket_t> monitor;
+  std::atomic<int64_t> refused{0};
+  ~Impl() {
+    if (!zap_domain.empty()) PsZapHandler::instance().remove(zap_domain);
+  }
   std::map<std::string, std::pair<Handler, bool>> methods;
   std::unique_ptr<zmq::socket_t> sock;
   int wake_fd = -1;
@@ -204,12 +311,15 @@ struct RpcServer::Impl {
   void socket_loop() {
     std::vector<zmq::message_t> parts;
     while (!stopping.load()) {
-      zmq::pollitem_t items[] = {{sock->handle(), 0, ZMQ_POLLIN, 0}, {nullptr, wake_fd, ZMQ_POLLIN, 0}};
+      zmq::pollitem_t items[] = {{sock->handle(), 0, ZMQ_POLLIN, 0},
+                                 {nullptr, wake_fd, ZMQ_POLLIN, 0},
+                                 {monitor->handle(), 0, ZMQ_POLLIN, 0}};
       try {
-        zmq::poll(items, 2, std::chrono::milliseconds(-1));
+        zmq::poll(items, 3, std::chrono::milliseconds(-1));
       } catch (const zmq::error_t&) {
         continue;  // EINTR
       }
+      if (items[2].revents & ZMQ_POLLIN) note_refusals();
       if (items[1].revents & ZMQ_POLLIN) {
         uint64_t v = 0;
         [[maybe_unused]] auto n = ::read(wake_fd, &v, sizeof(v));
@@ -227,6 +337,26 @@ struct RpcServer::Impl {
       } catch (const std::exception&) {
         // A socket error on one message (its peer vanished mid-way): keep serving.
       }
+    }
+  }
+
+  // Counts the failed handshakes the monitor reported; the first is logged (ZeroMQ's
+  // monitor names our endpoint, not the peer's: the ZAP handler logs addresses).
+  void note_refusals() {
+    std::vector<zmq::message_t> event;
+    try {
+      while (recv_all(*monitor, event)) {
+        if (event.empty() || event[0].size() < sizeof(uint16_t)) continue;
+        uint16_t id = 0;
+        std::memcpy(&id, event[0].data(), sizeof(id));
+        if (!(id & (ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                    ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)))
+          continue;
+        if (refused.fetch_add(1) == 0)
+          std::cerr << "strata: " << name << ": refused a connection that failed the CURVE handshake: the peer does "
+                    << "not hold this job's secret (later refusals are not logged)" << std::endl;
+      }
+    } catch (const zmq::error_t&) {
     }
   }
 
@@ -276,8 +406,10 @@ struct RpcServer::Impl {
   }
 };
 
-RpcServer::RpcServer(std::string host, int port, std::string name) : impl_(std::make_unique<Impl>()) {
+RpcServer::RpcServer(std::string host, int port, std::string name, std::optional<JobSecret> secret)
+    : impl_(std::make_unique<Impl>()) {
   STRATA_CHECK(port >= 0 && port < 65536, "RpcServer(", name, "): port ", port, " out of range");
+  impl_->keys.emplace(secret ? *secret : JobSecret::current());
   impl_->host = std::move(host);
   impl_->requested_port = port;
   impl_->name = std::move(name);
@@ -298,11 +430,31 @@ void RpcServer::start() {
   const std::string endpoint = bind_endpoint(s.host, s.requested_port);
   s.sock = std::make_unique<zmq::socket_t>(context(), zmq::socket_type::router);
   s.sock->set(zmq::sockopt::linger, 0);
+  // CURVE server with the job's key; clients are admitted by the ZAP handler (which must
+  // exist before the socket binds) under this server's domain. A peer that has not
+  // finished its handshake after 10 s is dropped (ZeroMQ's own default: 30 s).
+  s.zap_domain = PsZapHandler::instance().add(s.keys->client_public, s.name);
+  s.sock->set(zmq::sockopt::curve_server, true);
+  set_curve_key(*s.sock, ZMQ_CURVE_SECRETKEY, s.keys->server_secret);
+  s.sock->set(zmq::sockopt::zap_domain, s.zap_domain);
+  s.sock->set(zmq::sockopt::handshake_ivl, 10000);
+  static std::atomic<uint64_t> monitors{0};
+  const std::string monitor_endpoint = "inproc://strata-rpc-monitor-" + std::to_string(monitors++);
+  if (::zmq_socket_monitor(s.sock->handle(), monitor_endpoint.c_str(),
+                           ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                               ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) != 0) {
+    s.sock.reset();
+    fail("RpcServer(", s.name, "): cannot monitor its socket: ", ::zmq_strerror(::zmq_errno()));
+  }
+  s.monitor = std::make_unique<zmq::socket_t>(context(), zmq::socket_type::pair);
+  s.monitor->set(zmq::sockopt::linger, 0);
+  s.monitor->connect(monitor_endpoint);
   if (endpoint.find('[') != std::string::npos) s.sock->set(zmq::sockopt::ipv6, 1);
   try {
     s.sock->bind(endpoint);
   } catch (const zmq::error_t& e) {
     s.sock.reset();
+    s.monitor.reset();
     fail("RpcServer(", s.name, "): cannot listen on ", endpoint, ": ", e.what());
   }
   const std::string last = s.sock->get(zmq::sockopt::last_endpoint);
@@ -330,7 +482,9 @@ void RpcServer::stop() {
   }
   if (s.socket_thread.joinable()) s.socket_thread.join();
   if (s.executor_thread.joinable()) s.executor_thread.join();
+  ::zmq_socket_monitor(s.sock->handle(), nullptr, 0);
   s.sock.reset();
+  s.monitor.reset();
   ::close(s.wake_fd);
   s.wake_fd = -1;
 }
@@ -339,6 +493,8 @@ int RpcServer::port() const {
   STRATA_CHECK(impl_->started, "RpcServer(", impl_->name, ")::port: not started");
   return impl_->bound_port;
 }
+
+int64_t RpcServer::refused_connections() const { return impl_->refused.load(); }
 
 const std::string& RpcServer::name() const { return impl_->name; }
 
@@ -351,11 +507,16 @@ struct RpcClient::Impl {
   std::string endpoint;
   std::unique_ptr<zmq::socket_t> sock;
   uint64_t next_id = 1;
+  std::optional<PsCurveKeys> keys;
 
   zmq::socket_t& socket() {
     if (!sock) {
       sock = std::make_unique<zmq::socket_t>(context(), zmq::socket_type::dealer);
       sock->set(zmq::sockopt::linger, 0);
+      // CURVE client: the job's server key, and the job's client keypair (rpc.h).
+      set_curve_key(*sock, ZMQ_CURVE_SERVERKEY, keys->server_public);
+      set_curve_key(*sock, ZMQ_CURVE_PUBLICKEY, keys->client_public);
+      set_curve_key(*sock, ZMQ_CURVE_SECRETKEY, keys->client_secret);
       // Queue requests only to a connected peer: a dead server makes send() time out
       // instead of silently queueing for a successor.
       sock->set(zmq::sockopt::immediate, 1);
@@ -368,9 +529,10 @@ struct RpcClient::Impl {
   }
 };
 
-RpcClient::RpcClient(const std::string& address, std::string peer)
+RpcClient::RpcClient(const std::string& address, std::string peer, std::optional<JobSecret> secret)
     : address_(address), peer_(std::move(peer)), impl_(std::make_unique<Impl>()) {
   impl_->endpoint = connect_endpoint(address);
+  impl_->keys.emplace(secret ? *secret : JobSecret::current());
 }
 
 RpcClient::~RpcClient() = default;
@@ -409,7 +571,7 @@ uint64_t RpcClient::send_locked(const std::string& method, const RpcMessage& req
       // Only the first frame can block (a multipart message is queued whole).
       throw RpcError(RpcStatus::Unavailable, peer_,
                      "rpc '" + method + "' to " + peer_ + " (" + address_ + "): not reachable within " +
-                         std::to_string(timeout_seconds) + " s");
+                         std::to_string(timeout_seconds) + " s" + ps_secret_hint());
     }
   }
   return id;
@@ -492,16 +654,20 @@ namespace {
 struct RpcServer::Impl {
   std::string name;
 };
-RpcServer::RpcServer(std::string, int, std::string name) { no_zmq("RpcServer(" + name + ")"); }
+RpcServer::RpcServer(std::string, int, std::string name, std::optional<JobSecret>) {
+  no_zmq("RpcServer(" + name + ")");
+}
 RpcServer::~RpcServer() = default;
 void RpcServer::add_method(const std::string&, Handler, bool) { no_zmq("RpcServer::add_method"); }
 void RpcServer::start() { no_zmq("RpcServer::start"); }
 void RpcServer::stop() {}
 int RpcServer::port() const { no_zmq("RpcServer::port"); }
+int64_t RpcServer::refused_connections() const { no_zmq("RpcServer::refused_connections"); }
 const std::string& RpcServer::name() const { no_zmq("RpcServer::name"); }
 
 struct RpcClient::Impl {};
-RpcClient::RpcClient(const std::string& address, std::string peer) : address_(address), peer_(std::move(peer)) {
+RpcClient::RpcClient(const std::string& address, std::string peer, std::optional<JobSecret>)
+    : address_(address), peer_(std::move(peer)) {
   no_zmq("RpcClient(" + peer_ + ")");
 }
 RpcClient::~RpcClient() = default;

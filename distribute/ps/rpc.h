@@ -8,6 +8,13 @@
 // replies are matched to requests by id and late replies to abandoned requests are
 // dropped. Every call has a deadline: nothing waits forever on a peer that died.
 //
+// Authentication (docs/SECURITY.md): every connection is a ZeroMQ CURVE connection whose
+// keys are derived from the job secret (JobSecret): the server's keypair and one client
+// keypair, both from HMAC(secret, label). A client must know the server's public key to
+// complete the handshake and the server admits (through a ZAP handler) only the job's
+// client key, so a peer without the secret can neither send a request nor read a reply;
+// the traffic is also encrypted. Refused peers are counted and logged once.
+//
 // Built without ZeroMQ (-DSTRATA_WITH_ZMQ=OFF, or libzmq3-dev/cppzmq-dev missing, as on
 // the GPU machine), constructing a server or client throws a strata::Error saying so.
 #pragma once
@@ -23,6 +30,7 @@
 
 #include <strata/core/error.h>
 #include <strata/core/tensor.h>
+#include <strata/distribute/job_secret.h>
 
 namespace strata::distribute::ps {
 
@@ -68,8 +76,9 @@ class RpcServer {
  public:
   using Handler = std::function<RpcMessage(const RpcMessage& request)>;
 
-  // `name` is used in messages ("ps 0"). Port 0 picks a free port (see port()).
-  RpcServer(std::string host, int port, std::string name);
+  // `name` is used in messages ("ps 0"). Port 0 picks a free port (see port()). Clients
+  // must hold `secret` (unset: JobSecret::current()).
+  RpcServer(std::string host, int port, std::string name, std::optional<JobSecret> secret = std::nullopt);
   ~RpcServer();
   RpcServer(const RpcServer&) = delete;
   RpcServer& operator=(const RpcServer&) = delete;
@@ -83,6 +92,8 @@ class RpcServer {
   // The bound port (after start()).
   int port() const;
   const std::string& name() const;
+  // Connections refused so far (failed CURVE handshakes: peers without the job secret).
+  int64_t refused_connections() const;
 
  private:
   struct Impl;
@@ -93,8 +104,9 @@ class RpcServer {
 // (each call holds the connection until its reply arrives or its deadline passes).
 class RpcClient {
  public:
-  // `address` is "host:port"; `peer` names the server in errors ("ps 0").
-  RpcClient(const std::string& address, std::string peer);
+  // `address` is "host:port"; `peer` names the server in errors ("ps 0"). Authenticates
+  // with `secret` (unset: JobSecret::current()).
+  RpcClient(const std::string& address, std::string peer, std::optional<JobSecret> secret = std::nullopt);
   ~RpcClient();
   RpcClient(const RpcClient&) = delete;
   RpcClient& operator=(const RpcClient&) = delete;

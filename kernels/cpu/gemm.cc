@@ -3,6 +3,10 @@
 
 #include "strata_build_config.h"
 
+#include <limits>
+
+#include <strata/core/error.h>
+
 #if STRATA_HAS_OPENBLAS
 #include <cblas.h>
 extern "C" void openblas_set_num_threads(int num_threads);
@@ -16,14 +20,26 @@ namespace {
 
 #if STRATA_HAS_OPENBLAS
 
+// The CBLAS interface takes 32-bit ints: a larger extent or leading dimension would be
+// truncated, and OpenBLAS then prints "parameter number N had an illegal value" (or
+// computes on the wrong memory). Raise instead.
+void check_blas_int(int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc) {
+  constexpr int64_t kMax = std::numeric_limits<int>::max();
+  STRATA_CHECK(m <= kMax && n <= kMax && k <= kMax && lda <= kMax && ldb <= kMax && ldc <= kMax,
+               "matmul: a GEMM of m=", m, ", n=", n, ", k=", k, " (leading dimensions ", lda, ", ", ldb, ", ",
+               ldc, ") exceeds the 32-bit BLAS interface (every extent must be <= ", kMax, ")");
+}
+
 void blas(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
           int64_t ldb, float beta, float* c, int64_t ldc) {
+  check_blas_int(m, n, k, lda, ldb, ldc);
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m), int(n),
               int(k), 1.0f, a, int(lda), b, int(ldb), beta, c, int(ldc));
 }
 
 void blas(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda, const double* b,
           int64_t ldb, double beta, double* c, int64_t ldc) {
+  check_blas_int(m, n, k, lda, ldb, ldc);
   cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m), int(n),
               int(k), 1.0, a, int(lda), b, int(ldb), beta, c, int(ldc));
 }

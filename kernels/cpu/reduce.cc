@@ -188,7 +188,10 @@ void cumsum_kernel(const KernelArgs& k) {
   const Tensor& x = k.in[0];
   const Tensor& out = k.out[0];
   const int64_t axis = k.attrs.axis;
-  const auto& [exclusive, reverse] = k.attrs.get<CumsumAttrs>(k.op);
+  // Plain variables, not a structured binding: the lambda below captures them, which
+  // clang before 16 refuses for bindings (the fuzz build compiles this file with clang-14).
+  const CumsumAttrs& cumsum_attrs = k.attrs.get<CumsumAttrs>(k.op);
+  const bool exclusive = cumsum_attrs.exclusive, reverse = cumsum_attrs.reverse;
   const auto perm = axis_last_perm(x.ndim(), axis);
   const Tensor rows = contiguous_copy(permuted_view(x, perm));
   Tensor result = Tensor::empty(rows.shape(), x.dtype(), x.device());

@@ -33,6 +33,18 @@ TEST_CASE("variable: assign, assign_add, assign_sub update in place", "[variable
   REQUIRE(alias == v);
 }
 
+TEST_CASE("variable: assign with another dtype is an error, nothing converts silently", "[variable]") {
+  Variable v(tensor({1, 2, 3}), strata::testing::var_options("bias"));
+  REQUIRE_THROWS_WITH(v.assign(tensor({4, 5, 6}).cast(kFloat64)),
+                      Contains("bias") && Contains("float64") && Contains("float32"));
+  REQUIRE_THROWS_AS(v.assign(tensor({4, 5, 6}).cast(kInt32)), Error);
+  REQUIRE_CLOSE(v.value(), tensor({1, 2, 3}));  // unchanged
+  Variable counter(zeros({}, kInt64), strata::testing::var_options("counter"));
+  REQUIRE_THROWS_AS(counter.assign(full({}, 2.5)), Error);  // would truncate to 2
+  counter.assign(full({}, 2.0, kInt64));
+  REQUIRE(counter.value().item<int64_t>() == 2);
+}
+
 TEST_CASE("variable: assign with a mismatched shape is an error naming the variable", "[variable]") {
   Variable v(tensor({{1, 2}, {3, 4}}), strata::testing::var_options("kernel"));
   REQUIRE_THROWS_AS(v.assign(tensor({1, 2, 3})), Error);

@@ -113,7 +113,7 @@ const std::vector<ErrorCase>& error_cases() {
       {"cuda allocator", [] { Tensor::empty({2}, kFloat32, cuda(0)); }, {"allocator:", "no allocator for device type cuda"}},
       {"read cuda tensor", [] { fake_cuda({2}).to_vector<float>(); }, {"Tensor::to:", "cannot copy from cuda:0 to cpu:0"}},
       {"host pointer to cuda memory", [] { fake_cuda({2}).data<float>(); }, {"Tensor::data:", "cuda:0 tensor is not addressable from the host"}},
-      {"random dtype", [] { random::normal({2}, 1, 0, 1, kInt32); }, {"random::normal:", "expected a floating dtype, got int32"}},
+      {"random dtype", [] { random::normal({2}, 1, 0.0, 1.0, kInt32); }, {"random::normal:", "expected a floating dtype, got int32"}},
   };
   return cases;
 }

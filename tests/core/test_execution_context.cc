@@ -125,7 +125,7 @@ TEST_CASE("execution context: creation and random ops allocate on the current de
   CHECK(random::bernoulli({3}, 0.5, 1).device() == cpu(1));
   // An explicit device still wins, and the values do not depend on the device.
   CHECK(zeros({2}, kFloat32, cpu(0)).device() == cpu(0));
-  CHECK(random::uniform({5}, 7).to_vector<float>() == random::uniform({5}, 7, 0, 1, kFloat32, cpu(0)).to_vector<float>());
+  CHECK(random::uniform({5}, 7).to_vector<float>() == random::uniform({5}, 7, 0.0, 1.0, kFloat32, cpu(0)).to_vector<float>());
 }
 
 TEST_CASE("execution context: StreamGuard sets the current stream of one device and nests", "[core][stream]") {

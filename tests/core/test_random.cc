@@ -40,20 +40,20 @@ TEST_CASE("random: values depend only on seed and element index", "[random]") {
   Tensor n = random::normal({1000}, 7);
   Tensor t = random::truncated_normal({1000}, 7);
   CHECK_FALSE(identical(n, t));
-  CHECK_FALSE(identical(random::uniform({1000}, 7, -4, 4), random::normal({1000}, 7)));
+  CHECK_FALSE(identical(random::uniform({1000}, 7, -4.0, 4.0), random::normal({1000}, 7)));
   // float64 draws keep more bits than float32 ones of the same numbers.
-  Tensor u64 = random::uniform({100}, 9, 0, 1, kFloat64);
+  Tensor u64 = random::uniform({100}, 9, 0.0, 1.0, kFloat64);
   CHECK(identical(u64.cast(kFloat32), random::uniform({100}, 9)));
   CHECK(random::uniform({0}, 1).shape() == Shape{0});
   CHECK(random::uniform({}, 1).ndim() == 0);
-  CHECK(random::uniform({3}, 1, 0, 1, kFloat32, cpu(1)).device() == cpu(1));
+  CHECK(random::uniform({3}, 1, 0.0, 1.0, kFloat32, cpu(1)).device() == cpu(1));
 }
 
 TEST_CASE("random: draws do not depend on the thread count", "[random][threads]") {
   auto draw = [] {
     return std::vector<Tensor>{random::uniform({1 << 18}, 11), random::normal({1 << 18}, 11),
                                random::truncated_normal({1 << 16}, 11), random::bernoulli({1 << 18}, 0.3, 11),
-                               random::permutation(1 << 16, 11), random::uniform({1 << 16}, 11, -2, 2, kBFloat16)};
+                               random::permutation(1 << 16, 11), random::uniform({1 << 16}, 11, -2.0, 2.0, kBFloat16)};
   };
   std::vector<Tensor> one, two;
   {
@@ -86,9 +86,9 @@ TEST_CASE("random: uniform stays in low..high in every float dtype", "[random]")
       CHECK(sum / double(v.size()) == Approx((lo + hi) / 2).margin((hi - lo) * 0.01));
     }
   }
-  CHECK(identical(random::uniform({5}, 3, 2, 2), full({5}, 2)));
-  REQUIRE_THROWS_WITH(random::uniform({2}, 1, 1, 0), Contains("random::uniform: low 1 > high 0"));
-  REQUIRE_THROWS_WITH(random::uniform({2}, 1, 0, 1, kInt32), Contains("random::uniform: expected a floating dtype, got int32"));
+  CHECK(identical(random::uniform({5}, 3, 2.0, 2.0), full({5}, 2)));
+  REQUIRE_THROWS_WITH(random::uniform({2}, 1, 1.0, 0.0), Contains("random::uniform: low 1 > high 0"));
+  REQUIRE_THROWS_WITH(random::uniform({2}, 1, 0.0, 1.0, kInt32), Contains("random::uniform: expected a floating dtype, got int32"));
 }
 
 TEST_CASE("random: normal, truncated normal and bernoulli statistics", "[random]") {
@@ -124,8 +124,8 @@ TEST_CASE("random: normal, truncated normal and bernoulli statistics", "[random]
   }
   CHECK(random::bernoulli({4}, 0.5, 1, kBool).dtype() == kBool);
   REQUIRE_THROWS_WITH(random::bernoulli({2}, 1.5, 1), Contains("random::bernoulli: probability must be in [0,1], got 1.5"));
-  REQUIRE_THROWS_WITH(random::normal({2}, 1, 0, -1), Contains("random::normal: stddev must be >= 0, got -1"));
-  REQUIRE_THROWS_WITH(random::truncated_normal({2}, 1, 0, 1, kInt64), Contains("random::truncated_normal: expected a floating dtype"));
+  REQUIRE_THROWS_WITH(random::normal({2}, 1, 0.0, -1.0), Contains("random::normal: stddev must be >= 0, got -1"));
+  REQUIRE_THROWS_WITH(random::truncated_normal({2}, 1, 0.0, 1.0, kInt64), Contains("random::truncated_normal: expected a floating dtype"));
 }
 
 TEST_CASE("random: permutation", "[random]") {

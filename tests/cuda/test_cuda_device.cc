@@ -173,11 +173,11 @@ TEST_CASE("cuda: shape and optimizer kernels at sizes the emulator cannot run", 
   for (DType dt : {kFloat32, kFloat64, kFloat16, kBFloat16}) {
     INFO(dtype_name(dt));
     const Shape shape{1 << 20};
-    Tensor p = random::uniform(shape, 6, -1, 1, dt), b = zeros(shape, dt), m = zeros(shape, dt), w = zeros(shape, dt);
+    Tensor p = random::uniform(shape, 6, -1.0, 1.0, dt), b = zeros(shape, dt), m = zeros(shape, dt), w = zeros(shape, dt);
     Tensor pa = p.clone();
     Tensor pd = p.to(cuda(0)), bd = b.to(cuda(0)), pad_ = pa.to(cuda(0)), md = m.to(cuda(0)), wd = w.to(cuda(0));
     for (int64_t step = 1; step <= 2; ++step) {
-      const Tensor g = random::uniform(shape, uint64_t(10 + step), -2, 2, dt), gd = g.to(cuda(0));
+      const Tensor g = random::uniform(shape, uint64_t(10 + step), -2.0, 2.0, dt), gd = g.to(cuda(0));
       const SgdAttrs sgd{0.05, 0.8, 0.01, true};
       sgd_update(p, g, b, sgd);
       sgd_update(pd, gd, bd, sgd);

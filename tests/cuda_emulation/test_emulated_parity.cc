@@ -92,8 +92,8 @@ TEST_CASE("emulated CUDA: strided, broadcast and grid-stride shapes", "[cuda-emu
   // and a rank-6 operand whose dimensions do not merge.
   for (DType dt : all_dtypes()) {
     INFO(dtype_name(dt));
-    const Tensor a = random::uniform({37, 29}, 11, -3, 3).cast(dt);
-    const Tensor b = random::uniform({29}, 12, -3, 3).cast(dt);
+    const Tensor a = random::uniform({37, 29}, 11, -3.0, 3.0).cast(dt);
+    const Tensor b = random::uniform({29}, 12, -3.0, 3.0).cast(dt);
     const Tensor ad = a.to(cuda(0)), bd = b.to(cuda(0));
     const Tensor at = a.transpose(), adt = ad.transpose();
     CHECK(mismatch(on_cpu(adt.contiguous()), at.contiguous(), tol_for(dt)).empty());
@@ -110,7 +110,7 @@ TEST_CASE("emulated CUDA: strided, broadcast and grid-stride shapes", "[cuda-emu
       }
     }
   }
-  const Tensor x = random::uniform({2, 3, 2, 3, 2, 3}, 5, -1, 1);
+  const Tensor x = random::uniform({2, 3, 2, 3, 2, 3}, 5, -1.0, 1.0);
   const Tensor xp = permute(x, {5, 3, 1, 0, 2, 4});
   const Tensor xd = x.to(cuda(0));
   const Tensor xdp = permute(xd, {5, 3, 1, 0, 2, 4});

@@ -132,26 +132,26 @@ TEST_CASE("emulated CUDA: shape ops beyond the op-info samples", "[cuda-emulatio
   // concat of 17 strided inputs (two launches of a batch), on a middle and the last axis.
   std::vector<Tensor> mid, mid_d, last, last_d;
   for (int i = 0; i < 17; ++i) {
-    const Tensor p = random::uniform({3, 2 + i % 3, 4}, uint64_t(100 + i), -3, 3, kFloat16);
+    const Tensor p = random::uniform({3, 2 + i % 3, 4}, uint64_t(100 + i), -3.0, 3.0, kFloat16);
     mid.push_back(transpose(p, {2, 1, 0}));
     mid_d.push_back(transpose(on_dev(p), {2, 1, 0}));
-    const Tensor q = random::uniform({1 + i % 3, 2, 4}, uint64_t(150 + i), -3, 3).cast(kInt64);
+    const Tensor q = random::uniform({1 + i % 3, 2, 4}, uint64_t(150 + i), -3.0, 3.0).cast(kInt64);
     last.push_back(transpose(q, {2, 1, 0}));
     last_d.push_back(transpose(on_dev(q), {2, 1, 0}));
   }
   CHECK(mismatch(on_cpu(concat(mid_d, 1)), concat(mid, 1), Tolerance{}).empty());
   CHECK(mismatch(on_cpu(concat(last_d, 2)), concat(last, 2), Tolerance{}).empty());
   // pad and gather larger than the emulated grid (grid-stride loops).
-  const Tensor big = random::uniform({40, 30}, 9, -3, 3);
+  const Tensor big = random::uniform({40, 30}, 9, -3.0, 3.0);
   CHECK(mismatch(on_cpu(pad(on_dev(big), {{3, 1}, {0, 2}}, 2.0)), pad(big, {{3, 1}, {0, 2}}, 2.0), Tolerance{})
             .empty());
-  const Tensor ids = random::uniform({25, 2}, 10, 0, 40).cast(kInt64);
+  const Tensor ids = random::uniform({25, 2}, 10, 0.0, 40.0).cast(kInt64);
   CHECK(mismatch(on_cpu(gather(on_dev(big), on_dev(ids), 0)), gather(big, ids, 0), Tolerance{}).empty());
   for (DType dt : {kFloat32, kFloat16, kInt64, kBool}) {
     INFO(dtype_name(dt));
     // pad of a rank-6 strided view, padded on some axes only (the others merge), and of
     // an empty tensor.
-    const Tensor x = random::uniform({2, 3, 1, 2, 3, 2}, 7, -3, 3).cast(dt);
+    const Tensor x = random::uniform({2, 3, 1, 2, 3, 2}, 7, -3.0, 3.0).cast(dt);
     const std::vector<int64_t> perm{0, 1, 2, 4, 3, 5};
     const std::vector<std::pair<int64_t, int64_t>> pads{{0, 0}, {0, 0}, {1, 1}, {0, 0}, {2, 0}, {0, 0}};
     CHECK(mismatch(on_cpu(pad(permute(on_dev(x), perm), pads, -1.5)), pad(permute(x, perm), pads, -1.5),
@@ -161,7 +161,7 @@ TEST_CASE("emulated CUDA: shape ops beyond the op-info samples", "[cuda-emulatio
                    pad(zeros({0, 3}, dt), {{1, 1}, {0, 1}}, 1.0), Tolerance{})
               .empty());
     // gather by a rank-0 host index.
-    const Tensor table = random::uniform({4, 30}, 11, -3, 3).cast(dt);
+    const Tensor table = random::uniform({4, 30}, 11, -3.0, 3.0).cast(dt);
     const Tensor host_idx = Tensor::scalar(2.0, kInt32);
     CHECK(mismatch(on_cpu(gather(on_dev(table), host_idx, 0)), gather(table, host_idx, 0), Tolerance{}).empty());
     // one_hot: indices outside [0, depth) give all-zero rows.
@@ -231,7 +231,7 @@ TEST_CASE("emulated CUDA: SGD with momentum and AdamW steps equal the CPU's bitw
     // 600 elements: more than the emulated grid (grid-stride loop). The slots start from
     // earlier steps' values (v positive), so one step exercises every term.
     const Shape shape{6, 100};
-    const Tensor p = random::uniform(shape, 1, -1, 1, dt), g = random::uniform(shape, 2, -2, 2, dt);
+    const Tensor p = random::uniform(shape, 1, -1.0, 1.0, dt), g = random::uniform(shape, 2, -2.0, 2.0, dt);
     const Tensor b = random::uniform(shape, 3, -0.5, 0.5, dt), m = random::uniform(shape, 4, -0.5, 0.5, dt);
     const Tensor v = random::uniform(shape, 5, 0.01, 1.0, dt);
     const Tensor gd = on_dev(g);

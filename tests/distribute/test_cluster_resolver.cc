@@ -259,6 +259,25 @@ TEST_CASE("torchrun-style environment", "[cluster]") {
                      "MASTER_ADDR is not");
 }
 
+TEST_CASE("hostile launcher environments are refused before they allocate (fuzz findings)", "[cluster]") {
+  // Found by fuzz/cluster_env_fuzz.cc: empty brackets expanded to no host, then divided by 0.
+  REQUIRE_ERROR_WITH(expand_slurm_hostlist("r[1-2]-n[]"), "empty brackets");
+  REQUIRE_ERROR_WITH(ClusterResolver::from_slurm_env(lookup({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"},
+                                                             {"SLURM_JOB_NODELIST", "n[]"}})),
+                     "empty brackets");
+  // A short list naming 10^10 hosts, and one nested past any real cluster.
+  REQUIRE_ERROR_WITH(expand_slurm_hostlist("a[0-99999]b[0-99999]"), "expands to more than");
+  REQUIRE_ERROR_WITH(expand_slurm_hostlist("a[1]b[1]c[1]d[1]e[1]f[1]g[1]h[1]i[1]j[1]k[1]l[1]m[1]n[1]o[1]p[1]q[1]"),
+                     "bracket groups");
+  REQUIRE_ERROR_WITH(expand_slurm_tasks_per_node("1(x100000),1(x100000),1(x100000),1(x100000),1(x100000),"
+                                                 "1(x100000),1(x100000),1(x100000),1(x100000),1(x100000),1(x100000)"),
+                     "lists more than");
+  // A world size that would make the resolver build a billion addresses.
+  REQUIRE_ERROR_WITH(ClusterResolver::from_torch_env(lookup({{"RANK", "0"}, {"WORLD_SIZE", "1000000000"},
+                                                             {"MASTER_ADDR", "h"}})),
+                     "WORLD_SIZE must be in [1, 1048576]");
+}
+
 TEST_CASE("ClusterSpec validates jobs and addresses", "[cluster]") {
   ClusterSpec spec({{"worker", {"a:1", "b:2"}}, {"chief", {"c:3"}}});
   CHECK(spec.num_tasks("worker") == 2);

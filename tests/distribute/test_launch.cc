@@ -42,6 +42,30 @@ TEST_CASE("strata-launch gives each worker TF_CONFIG and prefixes its output", "
   CHECK(ports.size() == 3);  // distinct ports, the same list for every worker
 }
 
+TEST_CASE("strata-launch hands every worker one fresh job secret, in the environment", "[launch][auth]") {
+  auto fingerprints = [](const std::string& output) {
+    std::set<std::string> out;
+    for (int i = 0; i < 2; ++i) {
+      auto lines = lines_with(output, "[worker " + std::to_string(i) + "] STRATA_JOB_SECRET: ");
+      REQUIRE(lines.size() == 1);
+      CHECK(lines[0].find(": 64 bytes, fingerprint ") != std::string::npos);
+      out.insert(lines[0].substr(lines[0].rfind(' ') + 1));
+    }
+    return out;
+  };
+  // A secret already in the launcher's environment is not reused: each job makes its own.
+  auto first = run_process({STRATA_LAUNCH_BIN, "--workers", "2", "--", STRATA_DISTRIBUTE_HELPER, "print-env"},
+                           {{"STRATA_JOB_SECRET", "an-old-secret-of-the-caller"}}, 60.0);
+  auto second = run_process({STRATA_LAUNCH_BIN, "--workers", "2", "--", STRATA_DISTRIBUTE_HELPER, "print-env"}, {}, 60.0);
+  INFO(first.output << second.output);
+  REQUIRE(first.exit_code == 0);
+  REQUIRE(second.exit_code == 0);
+  const auto a = fingerprints(first.output), b = fingerprints(second.output);
+  CHECK(a.size() == 1);  // the same secret for every worker of a job
+  CHECK(b.size() == 1);
+  CHECK(a != b);
+}
+
 TEST_CASE("strata-launch stops the others when one worker fails and names it", "[launch]") {
   auto r = run_process({STRATA_LAUNCH_BIN, "--workers", "3", "--grace", "2", "--", STRATA_DISTRIBUTE_HELPER,
                         "fail-one", "--index", "1", "--code", "3"},

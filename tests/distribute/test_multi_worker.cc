@@ -111,12 +111,19 @@ TEST_CASE("MultiWorkerMirrored: without a cluster it is one worker of local repl
   CHECK(write_dirpath("/x/ckpt", s) == fs::path("/x/ckpt"));
 }
 
-TEST_CASE("MultiWorkerMirrored: a parameter-server task or a GPU device is refused", "[mwms]") {
+TEST_CASE("MultiWorkerMirrored: a parameter-server task or a missing GPU is refused", "[mwms]") {
   auto ps = ClusterResolver::from_tf_config(
       R"({"cluster": {"worker": ["127.0.0.1:1"], "ps": ["127.0.0.1:2"]}, "task": {"type": "ps", "index": 0}})");
   CHECK_THROWS_WITH(MultiWorkerMirroredStrategy(ps), Catch::Contains("ps"));
-  CHECK_THROWS_WITH(MultiWorkerMirroredStrategy(ClusterResolver::local(), {}, {Device::parse("cuda:0")}),
-                    Catch::Contains("Gloo"));
+  // GPU replicas are allowed (docs/GPU.md) where the GPU exists; here none is visible.
+  if (MirroredStrategy::visible_gpus() == 0) {
+    CHECK_THROWS_WITH(MultiWorkerMirroredStrategy(ClusterResolver::local(), {}, {Device::parse("cuda:0")}),
+                      Catch::Contains("cuda:0 is not available"));
+    CommunicationOptions nccl;
+    nccl.implementation = CommunicationImplementation::Nccl;
+    CHECK_THROWS_WITH(MultiWorkerMirroredStrategy(ClusterResolver::local(), nccl),
+                      Catch::Contains("communication 'nccl' needs GPU replicas"));
+  }
 }
 
 TEST_CASE("MultiWorkerMirrored: collectives across 2 and 4 worker processes", "[mwms][multiprocess]") {
@@ -231,25 +238,31 @@ TEST_CASE("MultiWorkerMirrored: auto-sharding covers the data exactly once per e
 
 namespace {
 // Two helper workers started directly (strata-launch would stop the survivor itself),
-// each with `replicas` local replicas; `how` is "--die-worker" or "--stall-worker".
-std::pair<strata::testing::ProcessResult, strata::testing::ProcessResult> train_with_fault(const std::string& how,
-                                                                                         int replicas) {
+// each with `replicas` local replicas; `how` is "--die-worker", "--stall-worker" (sleeps,
+// its heartbeat going on) or "--stop-worker" (SIGSTOP: its heartbeat stops too). The
+// collective timeout is `timeout` seconds, the stall timeout `stall_timeout`.
+std::pair<strata::testing::ProcessResult, strata::testing::ProcessResult> train_with_fault(
+    const std::string& how, int replicas, double timeout = 4, double stall_timeout = 60) {
   const int p0 = find_free_port(), p1 = find_free_port();
   TempDir dir;
   std::vector<std::unique_ptr<strata::testing::ChildProcess>> children;
+  const auto secret = JobSecret::generate();  // what a launcher hands its workers
   for (int w = 0; w < 2; ++w) {
     const std::string tf_config = R"({"cluster": {"worker": ["127.0.0.1:)" + std::to_string(p0) +
                                   R"(", "127.0.0.1:)" + std::to_string(p1) + R"("]}, "task": {"type": "worker", "index": )" +
                                   std::to_string(w) + "}}";
     children.push_back(std::make_unique<strata::testing::ChildProcess>(
         std::vector<std::string>{STRATA_MWMS_HELPER, "train", "--out", (dir.path / "w").string(), "--epochs", "1000",
-                                 how, "1", "--die-at-step", "3", "--timeout", "4"},
+                                 how, "1", "--die-at-step", "3", "--timeout", std::to_string(timeout),
+                                 "--stall-timeout", std::to_string(stall_timeout)},
         std::map<std::string, std::string>{{"TF_CONFIG", tf_config},
-                                           {"STRATA_REPLICAS_PER_WORKER", std::to_string(replicas)}}));
+                                           {"STRATA_REPLICAS_PER_WORKER", std::to_string(replicas)},
+                                           {kJobSecretEnv, secret.text()}}));
   }
   auto survivor = children[0]->wait(90);
-  // A stalled worker sleeps for 30 s: stop it (SIGKILL) once the survivor is done.
-  auto faulty = children[1]->wait(how == "--stall-worker" ? 0.0 : 90.0);
+  // A stalled worker sleeps for 30 s, a stopped one forever: end it (SIGKILL) once the
+  // survivor is done.
+  auto faulty = children[1]->wait(how == "--die-worker" ? 90.0 : 0.0);
   return {survivor, faulty};
 }
 
@@ -271,22 +284,49 @@ TEST_CASE("MultiWorkerMirrored: a worker killed mid-training makes the others fa
     CHECK(dead.signal == SIGKILL);
     CHECK_FALSE(survivor.timed_out);
     CHECK(survivor.exit_code == 1);  // an error, not a hang: the local replica threads were released
-    CHECK(survivor.output.find("rank 1 is gone") != std::string::npos);
+    CHECK(survivor.output.find("worker 1 is gone") != std::string::npos);
+    CHECK(survivor.output.find("blames worker 1 (gone)") != std::string::npos);  // a PeerFailure, through run()
     CHECK(failure_seconds(survivor.output) < 4.0 + 3.0);  // within the timeout (+ the store check)
   }
 }
 
-TEST_CASE("MultiWorkerMirrored: a stalled worker makes the others fail within the timeout", "[mwms][multiprocess]") {
+TEST_CASE("MultiWorkerMirrored: a slow worker that still heartbeats is waited for until the timeout",
+          "[mwms][multiprocess]") {
   if (skip_without_gloo()) return;
-  auto [survivor, stalled] = train_with_fault("--stall-worker", 2);
+  // Stall timeout 1 s, timeout 4 s: the sleeping worker's heartbeat goes on, so it is
+  // slow, not stalled, and named as behind only at the 4 s timeout.
+  auto [survivor, stalled] = train_with_fault("--stall-worker", 2, 4, 1);
   INFO(stalled.output);
   INFO(survivor.output);
   CHECK_FALSE(survivor.timed_out);
   CHECK(survivor.exit_code == 1);
-  CHECK(survivor.output.find("gloo all_reduce failed on rank 0 of 2") != std::string::npos);
+  CHECK(survivor.output.find("gloo all_reduce failed on worker 0 of 2") != std::string::npos);
+  CHECK(survivor.output.find("worker 1 is alive (heartbeats go on) but did not reach collective #") !=
+        std::string::npos);
+  CHECK(survivor.output.find("made no progress") == std::string::npos);
+  CHECK(survivor.output.find("blames worker 1 (behind)") != std::string::npos);
   const double seconds = failure_seconds(survivor.output);
   CHECK(seconds >= 3.5);
   CHECK(seconds < 4.0 + 3.0);
+}
+
+TEST_CASE("MultiWorkerMirrored: a stopped worker (SIGSTOP) is named within the stall timeout",
+          "[mwms][multiprocess]") {
+  if (skip_without_gloo()) return;
+  // Timeout 60 s, stall timeout 1.5 s: the stopped worker's heartbeat stops, and the
+  // survivor names it after 1.5 s plus at most two heartbeat intervals (0.25 s each).
+  auto [survivor, stopped] = train_with_fault("--stop-worker", 1, 60, 1.5);
+  INFO(stopped.output);
+  INFO(survivor.output);
+  CHECK(stopped.output.find("worker 1: stopping itself (SIGSTOP) after step 3") != std::string::npos);
+  CHECK_FALSE(survivor.timed_out);
+  CHECK(survivor.exit_code == 1);
+  CHECK(survivor.output.find("worker 1 made no progress for 1.5 s: its heartbeat has not changed for") !=
+        std::string::npos);
+  CHECK(survivor.output.find("blames worker 1 (stalled)") != std::string::npos);
+  const double seconds = failure_seconds(survivor.output);
+  CHECK(seconds >= 1.4);
+  CHECK(seconds < 1.5 + 3.0);  // far below the 60 s timeout
 }
 
 TEST_CASE("strata-train --strategy multi_worker: chief-only files, report, and resuming a relaunch",
@@ -338,6 +378,7 @@ TEST_CASE("strata-train --strategy multi_worker under mpirun's environment varia
   const std::string port = std::to_string(find_free_port());
   const fs::path report = dir.path / "report.json";
   std::vector<std::unique_ptr<strata::testing::ChildProcess>> ranks;
+  const auto secret = JobSecret::generate();  // mpirun has none: the user provides it (docs/SECURITY.md)
   for (int r = 0; r < 2; ++r) {
     // What Open MPI's mpirun sets for 2 ranks on this host (MASTER_PORT picks the store's port).
     ranks.push_back(std::make_unique<strata::testing::ChildProcess>(
@@ -348,7 +389,8 @@ TEST_CASE("strata-train --strategy multi_worker under mpirun's environment varia
                                            {"OMPI_COMM_WORLD_SIZE", "2"},
                                            {"OMPI_COMM_WORLD_LOCAL_RANK", std::to_string(r)},
                                            {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
-                                           {"MASTER_PORT", port}}));
+                                           {"MASTER_PORT", port},
+                                           {kJobSecretEnv, secret.text()}}));
   }
   for (auto& rank : ranks) {
     auto result = rank->wait(120);

@@ -728,7 +728,8 @@ class HelperJob {
     results_.erase(name);
     tasks_[name] = std::make_unique<testing::ChildProcess>(
         argv, std::map<std::string, std::string>{{"TF_CONFIG", tf_config(cluster_, type, index)},
-                                                 {"STRATA_NUM_THREADS", "1"}});
+                                                 {"STRATA_NUM_THREADS", "1"},
+                                                 {kJobSecretEnv, secret_.text()}});
   }
   void start_all(int num_ps, int num_workers) {
     for (int i = 0; i < num_ps; ++i) start("ps", i);
@@ -759,6 +760,7 @@ class HelperJob {
   json cluster_;
   std::vector<std::string> args_;
   std::map<std::string, std::unique_ptr<testing::ChildProcess>> tasks_;
+  JobSecret secret_ = JobSecret::generate();  // the job's, as strata-launch would make it
   std::map<std::string, testing::ProcessResult> results_;
 };
 

@@ -44,7 +44,7 @@ TEST_CASE("Dense: forward by hand and gradients", "[train][layers]") {
   Tensor y3 = dense(f64({1, 2, -1, 0}, {1, 2, 2}));
   REQUIRE(y3.shape() == Shape{1, 2, 3});
   REQUIRE_ALLCLOSE(y3.reshape({2, 3}), y);
-  check_layer_gradients(dense, random::normal({4, 2}, 3, 0, 1, kFloat64));
+  check_layer_gradients(dense, random::normal({4, 2}, 3, 0.0, 1.0, kFloat64));
 
   nn::Dense no_bias(3, 2, {.use_bias = false});
   CHECK(no_bias.variables().size() == 1);
@@ -69,10 +69,10 @@ TEST_CASE("Conv2D: NHWC forward by hand, SAME padding, gradients", "[train][laye
 
   nn::Conv2D strided(2, 3, {3, 2}, {.strides = {2, 1}, .dtype = kFloat64});
   CHECK(strided->kernel().shape() == Shape{3, 2, 2, 3});
-  Tensor xs = random::normal({2, 5, 4, 2}, 5, 0, 1, kFloat64);
+  Tensor xs = random::normal({2, 5, 4, 2}, 5, 0.0, 1.0, kFloat64);
   CHECK(strided(xs).shape() == Shape{2, 2, 3, 3});
   check_layer_gradients(strided, xs);
-  CHECK_THROWS_AS(strided(random::normal({2, 5, 4, 3}, 5, 0, 1, kFloat64)), Error);
+  CHECK_THROWS_AS(strided(random::normal({2, 5, 4, 3}, 5, 0.0, 1.0, kFloat64)), Error);
 }
 
 TEST_CASE("MaxPool2D and AvgPool2D", "[train][layers]") {
@@ -83,7 +83,7 @@ TEST_CASE("MaxPool2D and AvgPool2D", "[train][layers]") {
   REQUIRE_ALLCLOSE(nn::MaxPool2D({3, 3}, {.strides = std::array<int64_t, 2>{1, 1}})(x),
                    f64({11, 12, 15, 16}, {1, 2, 2, 1}));
   // Distinct values so the max is unique and differentiable.
-  Tensor xr = random::normal({2, 4, 4, 3}, 9, 0, 1, kFloat64);
+  Tensor xr = random::normal({2, 4, 4, 3}, 9, 0.0, 1.0, kFloat64);
   check_layer_gradients(nn::MaxPool2D(2), xr);
   check_layer_gradients(nn::AvgPool2D(2), xr);
   CHECK_THROWS_AS(nn::MaxPool2D(0), Error);
@@ -95,7 +95,7 @@ TEST_CASE("Flatten keeps the batch axis", "[train][layers]") {
   Tensor x = random::normal({2, 3, 4, 5}, 1);
   CHECK(flat(x).shape() == Shape{2, 60});
   CHECK(flat(random::normal({7}, 1)).shape() == Shape{7, 1});
-  check_layer_gradients(flat, random::normal({2, 3, 2}, 2, 0, 1, kFloat64));
+  check_layer_gradients(flat, random::normal({2, 3, 2}, 2, 0.0, 1.0, kFloat64));
 }
 
 TEST_CASE("Activations: values by hand and gradients", "[train][layers]") {
@@ -116,7 +116,7 @@ TEST_CASE("Activations: values by hand and gradients", "[train][layers]") {
   REQUIRE_ALLCLOSE(nn::Softmax()(f64({1, 2, 3}, {1, 3})),
                    f64({std::exp(1.0) / z, std::exp(2.0) / z, std::exp(3.0) / z}, {1, 3}));
   REQUIRE_ALLCLOSE(nn::Softmax(0)(f64({1, 1}, {2, 1})), f64({0.5, 0.5}, {2, 1}));
-  Tensor xr = random::normal({3, 4}, 4, 0, 1, kFloat64);
+  Tensor xr = random::normal({3, 4}, 4, 0.0, 1.0, kFloat64);
   for (const nn::AnyModule& act :
        {nn::AnyModule(nn::Tanh()), nn::AnyModule(nn::Sigmoid()), nn::AnyModule(nn::GELU()),
         nn::AnyModule(nn::GELU(true)), nn::AnyModule(nn::Softmax())})
@@ -206,7 +206,7 @@ TEST_CASE("BatchNormalization: batch statistics in training, moving averages in 
 
   // Channels on axis 1.
   nn::BatchNormalization bn_axis1(3, {.axis = 1, .dtype = kFloat64});
-  Tensor xa = random::normal({4, 3, 5}, 2, 0, 1, kFloat64);
+  Tensor xa = random::normal({4, 3, 5}, 2, 0.0, 1.0, kFloat64);
   Tensor ya = bn_axis1(xa);
   REQUIRE_ALLCLOSE(mean(ya, std::vector<int64_t>{0, 2}), zeros({3}, kFloat64), 1e-9, 1e-9);
   CHECK_THROWS_AS(bn(f64({1, 2, 3}, {1, 3})), Error);
@@ -223,7 +223,7 @@ TEST_CASE("LayerNormalization: per-example statistics over the last axis", "[tra
   ln->beta().assign(f64({0.5, 0.5, 0.5}, {3}));
   REQUIRE_ALLCLOSE(ln(f64({1, 2, 3}, {1, 3})), f64({0.5 - 1 / s, 0.5, 0.5 + 3 / s}, {1, 3}),
                    1e-12, 1e-12);
-  check_layer_gradients(ln, random::normal({2, 2, 3}, 6, 0, 1, kFloat64));
+  check_layer_gradients(ln, random::normal({2, 2, 3}, 6, 0.0, 1.0, kFloat64));
   CHECK_THROWS_AS(ln(f64({1, 2}, {1, 2})), Error);
 }
 

@@ -44,7 +44,7 @@ TEST_CASE("sparse_categorical_crossentropy by hand", "[train][losses]") {
   REQUIRE_ALLCLOSE(p_loss, f64({-std::log(0.7), -std::log(1e-7 / (1.0 + 1e-7))}, {2}), 1e-12, 1e-12);
 
   // A class axis other than the last, and leading batch axes.
-  Tensor l3 = random::normal({2, 3, 4}, 1, 0, 1, kFloat64);
+  Tensor l3 = random::normal({2, 3, 4}, 1, 0.0, 1.0, kFloat64);
   Tensor ids = Tensor::from_vector<int64_t>({0, 3, 1, 2, 2, 0}, {2, 3});
   Tensor by_rows = losses::sparse_categorical_crossentropy(ids, l3, true);
   CHECK(by_rows.shape() == Shape{2, 3});
@@ -98,7 +98,7 @@ TEST_CASE("CategoricalCrossentropy: hand and Keras documentation values", "[trai
   REQUIRE_ALLCLOSE(from_logits, f64({lse - 2}, {1}), 1e-12, 1e-12);
   Tensor targets = f64({0.2, 0.3, 0.5, 1, 0, 0}, {2, 3});
   check_grad([&](const Tensor& p) { return losses::categorical_crossentropy(targets, p, true); },
-             random::normal({2, 3}, 3, 0, 1, kFloat64));
+             random::normal({2, 3}, 3, 0.0, 1.0, kFloat64));
   check_grad([&](const Tensor& p) { return losses::categorical_crossentropy(targets, p); },
              f64({0.2, 0.3, 0.5, 0.6, 0.3, 0.1}, {2, 3}));
   CHECK_THROWS_AS(losses::categorical_crossentropy(f64({1, 0}, {1, 2}), logits, true), Error);
@@ -148,13 +148,13 @@ TEST_CASE("MeanSquaredError and Huber: Keras documentation values", "[train][los
   // Linear branch: |e| = 3 > delta = 2 -> 2 * 3 - 0.5 * 4 = 4; quadratic: e = 1 -> 0.5.
   Tensor h2 = losses::huber(f64({0, 0}, {1, 2}), f64({3, -1}, {1, 2}), 2.0);
   REQUIRE_ALLCLOSE(h2, f64({(4 + 0.5) / 2}, {1}), 1e-12, 1e-12);
-  Tensor t = random::normal({3, 4}, 2, 0, 1, kFloat64);
+  Tensor t = random::normal({3, 4}, 2, 0.0, 1.0, kFloat64);
   check_grad([&](const Tensor& p) { return losses::mean_squared_error(t, p); },
-             random::normal({3, 4}, 3, 0, 1, kFloat64));
+             random::normal({3, 4}, 3, 0.0, 1.0, kFloat64));
   check_grad([&](const Tensor& p) { return losses::huber(t, p, 0.5); },
-             random::normal({3, 4}, 4, 0, 1, kFloat64));
+             random::normal({3, 4}, 4, 0.0, 1.0, kFloat64));
   CHECK_THROWS_AS(losses::huber(t, t, 0.0), Error);
-  CHECK_THROWS_AS(losses::mean_squared_error(t, random::normal({4, 3}, 1, 0, 1, kFloat64)), Error);
+  CHECK_THROWS_AS(losses::mean_squared_error(t, random::normal({4, 3}, 1, 0.0, 1.0, kFloat64)), Error);
 }
 
 TEST_CASE("Reductions: NONE, SUM, SUM_OVER_BATCH_SIZE with weights", "[train][losses]") {

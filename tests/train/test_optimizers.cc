@@ -240,7 +240,7 @@ TEST_CASE("Optimizer under a two-replica MirroredStrategy matches one replica",
   // Two replicas on half batches with compute_average_loss over the global batch give the
   // same update as one replica on the whole batch.
   const int64_t global_batch = 8;
-  Tensor x = random::normal({global_batch, 5}, 3, 0, 1, kFloat64);
+  Tensor x = random::normal({global_batch, 5}, 3, 0.0, 1.0, kFloat64);
   Tensor y = Tensor::from_vector<int64_t>({0, 1, 2, 0, 1, 2, 0, 1}, {global_batch});
 
   auto build = [] {

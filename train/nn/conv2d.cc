@@ -15,9 +15,10 @@ Conv2DImpl::Conv2DImpl(int64_t in_channels, int64_t filters, std::array<int64_t,
                options_.strides[1], "]");
   if (options_.dtype) set_dtype_policy(*options_.dtype);
   kernel_ = add_weight("kernel", {kernel_size[0], kernel_size[1], in_channels, filters},
-                       variable_dtype(), options_.kernel_initializer);
+                       variable_dtype(), options_.kernel_initializer, {}, options_.kernel_regularizer);
   if (options_.use_bias)
-    bias_ = add_weight("bias", {filters}, variable_dtype(), options_.bias_initializer);
+    bias_ = add_weight("bias", {filters}, variable_dtype(), options_.bias_initializer, {},
+                       options_.bias_regularizer);
 }
 
 Tensor Conv2DImpl::forward(const Tensor& input) {

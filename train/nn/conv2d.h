@@ -20,6 +20,10 @@ struct Conv2DOptions {
   std::optional<mixed_precision::Policy> dtype{};
   Initializer kernel_initializer = glorot_uniform();
   Initializer bias_initializer = zeros_initializer();
+  // Penalties on the weights, listed by the model's losses() (Keras's kernel_regularizer /
+  // bias_regularizer); empty: none.
+  regularizers::Regularizer kernel_regularizer{};
+  regularizers::Regularizer bias_regularizer{};
 };
 
 class Conv2DImpl : public Module {

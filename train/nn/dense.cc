@@ -9,9 +9,11 @@ DenseImpl::DenseImpl(int64_t in_features, int64_t units, DenseOptions options)
   STRATA_CHECK(in_features > 0 && units > 0, "nn::Dense: in_features and units must be positive, got ",
                in_features, " and ", units);
   if (options.dtype) set_dtype_policy(*options.dtype);
-  kernel_ = add_weight("kernel", {in_features, units}, variable_dtype(), options.kernel_initializer);
+  kernel_ = add_weight("kernel", {in_features, units}, variable_dtype(), options.kernel_initializer, {},
+                       options.kernel_regularizer);
   if (options.use_bias)
-    bias_ = add_weight("bias", {units}, variable_dtype(), options.bias_initializer);
+    bias_ = add_weight("bias", {units}, variable_dtype(), options.bias_initializer, {},
+                       options.bias_regularizer);
 }
 
 Tensor DenseImpl::forward(const Tensor& input) {

@@ -6,6 +6,26 @@
 
 namespace strata::nn {
 
+namespace {
+// The per-call training flag of the innermost call(x, options) on this thread that set
+// one: thread-local, so replica threads calling one model with different flags never
+// see each other's.
+thread_local std::optional<bool> t_call_training;
+
+class CallTrainingScope {
+ public:
+  explicit CallTrainingScope(std::optional<bool> training) : saved_(t_call_training) {
+    if (training) t_call_training = training;
+  }
+  ~CallTrainingScope() { t_call_training = saved_; }
+  CallTrainingScope(const CallTrainingScope&) = delete;
+  CallTrainingScope& operator=(const CallTrainingScope&) = delete;
+
+ private:
+  std::optional<bool> saved_;
+};
+}  // namespace
+
 Module::Module(std::string kind) : kind_(std::move(kind)), policy_(mixed_precision::global_policy()) {}
 
 Tensor Module::forward(const Tensor&) {
@@ -17,6 +37,44 @@ Tensor Module::call(const Tensor& x) {
   for (size_t i = 0; autocast_ && !cast && i < variables_.size(); ++i)
     cast = is_floating(variables_[i].second.dtype());
   return forward(cast ? autocast(x) : x);
+}
+
+Tensor Module::call(const Tensor& x, const CallOptions& options) {
+  CallTrainingScope scope(options.training);
+  return call(x);
+}
+
+bool Module::training() const {
+  return t_call_training ? *t_call_training : training_.load(std::memory_order_relaxed);
+}
+
+void Module::add_loss(std::function<Tensor()> loss) {
+  STRATA_CHECK(bool(loss), "nn::", kind_, ".add_loss: empty loss function");
+  losses_.push_back(std::move(loss));
+}
+
+std::vector<Tensor> Module::losses() const {
+  std::unordered_set<const Module*> seen;
+  std::vector<const Module*> order;
+  // Depth-first in registration order, each module once (a shared layer's losses count once).
+  std::vector<const Module*> stack{this};
+  while (!stack.empty()) {
+    const Module* m = stack.back();
+    stack.pop_back();
+    if (!seen.insert(m).second) continue;
+    order.push_back(m);
+    for (auto it = m->children_.rbegin(); it != m->children_.rend(); ++it) stack.push_back(it->second.get());
+  }
+  std::vector<Tensor> out;
+  for (const Module* m : order)
+    for (const auto& loss : m->losses_) {
+      Tensor l = loss();
+      STRATA_CHECK(l.defined() && l.ndim() == 0, "nn::", m->kind_,
+                   ": a registered loss (regularizer) must return a scalar, got ",
+                   l.defined() ? shape_str(l.shape()) : std::string("undefined"));
+      out.push_back(l);
+    }
+  return out;
 }
 
 void Module::set_dtype_policy(const mixed_precision::Policy& policy) {
@@ -46,7 +104,8 @@ Variable Module::register_variable(const std::string& name, Variable variable) {
 }
 
 Variable Module::add_weight(const std::string& name, const Shape& shape, DType dtype,
-                            const Initializer& init, autograd::VariableOptions options) {
+                            const Initializer& init, autograd::VariableOptions options,
+                            regularizers::Regularizer regularizer) {
   check_new_name(name, "variable");
   STRATA_CHECK(bool(init), "nn::", kind_, ": variable '", name, "' has no initializer");
   Tensor initial = init(shape, dtype);
@@ -55,7 +114,12 @@ Variable Module::add_weight(const std::string& name, const Shape& shape, DType d
                initial.defined() ? shape_str(initial.shape()) : std::string("undefined"),
                " (expected ", shape_str(shape), " ", dtype_name(dtype), ")");
   if (options.name.empty() || options.name == "Variable") options.name = kind_ + "/" + name;
-  return register_variable(name, Variable(initial, std::move(options)));
+  Variable v = register_variable(name, Variable(initial, std::move(options)));
+  if (regularizer) {
+    // read(): the penalty is watched by an active tape, so its gradient reaches the weight.
+    add_loss([v, reg = std::move(regularizer)] { return reg(v.read()); });
+  }
+  return v;
 }
 
 void Module::register_module(const std::string& name, std::shared_ptr<Module> module) {
@@ -73,7 +137,7 @@ void Module::set_training(bool training) {
     Module* m = stack.back();
     stack.pop_back();
     if (!seen.insert(m).second) continue;
-    m->training_ = training;
+    m->training_.store(training, std::memory_order_relaxed);
     for (auto& [name, child] : m->children_) stack.push_back(child.get());
   }
 }

@@ -28,9 +28,21 @@
 // dtype — there is nothing to match, and under a mixed policy their input already comes
 // in the compute dtype from the layer before — and containers such as Sequential leave
 // casting to their layers.
+//
+// Training flag: module-wide (set_training) or per call, as Keras's `training=` argument:
+// `model(x, {.training = false})` runs that call, and every layer it reaches, with the flag
+// given, on the calling thread only — replica threads running the same model with different
+// flags do not interfere. The per-call flag wins over set_training for the call's duration.
+//
+// Regularization losses (Keras's `layer.losses`): a layer given a regularizer (e.g.
+// DenseOptions::kernel_regularizer) registers a loss; losses() recomputes every registered
+// loss of the module and its submodules from the current weights.
 #pragma once
 
+#include <atomic>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -39,8 +51,15 @@
 #include <strata/core/tensor.h>
 #include <strata/train/nn/initializers.h>
 #include <strata/train/policy.h>
+#include <strata/train/regularizers.h>
 
 namespace strata::nn {
+
+// Per-call options of a module call (Keras's call arguments).
+struct CallOptions {
+  // Keras's `training`: unset uses the module's flag (set_training).
+  std::optional<bool> training{};
+};
 
 struct NamedVariable {
   std::string path;  // structural object path, e.g. "dense_1/kernel"
@@ -62,6 +81,8 @@ class Module : public std::enable_shared_from_this<Module> {
   // forward() on x, autocast to the compute dtype as described above (what calling a
   // handle runs).
   Tensor call(const Tensor& x);
+  // call(x) with per-call options (the training flag for this call, on this thread).
+  Tensor call(const Tensor& x, const CallOptions& options);
 
   // The dtype policy (Keras's layer.dtype_policy) and its two dtypes.
   const mixed_precision::Policy& dtype_policy() const { return policy_; }
@@ -92,18 +113,30 @@ class Module : public std::enable_shared_from_this<Module> {
   }
 
   // The training flag (true by default, as in PyTorch): Dropout drops and
-  // BatchNormalization uses batch statistics only while it is set. Setting it applies to
-  // every submodule.
-  bool training() const { return training_; }
+  // BatchNormalization uses batch statistics only while it is set. Inside a call with
+  // CallOptions::training on this thread, that value; else the module's own flag.
+  bool training() const;
+  // Sets the module's own flag, for it and every submodule. It is shared by every thread:
+  // replicas inside Strategy::run should pass the flag per call instead
+  // (`model(x, {.training = false})`).
   void set_training(bool training);
+
+  // The regularization losses of this module and its submodules (each module once), as
+  // scalars computed from the weights' current values (Keras's `losses`).
+  std::vector<Tensor> losses() const;
+  // Registers a loss that losses() recomputes on each call (Keras's add_loss of a
+  // callable, e.g. a regularizer applied to a weight).
+  void add_loss(std::function<Tensor()> loss);
 
  protected:
   // Registers a variable under `name` (unique within this module, no '/').
   Variable register_variable(const std::string& name, Variable variable);
   // Creates a variable of `shape` and `dtype` initialised by `init` and registers it.
   // options.name defaults to "<kind>/<name>".
+  // With a regularizer, its penalty on the weight is one of losses().
   Variable add_weight(const std::string& name, const Shape& shape, DType dtype,
-                      const Initializer& init, autograd::VariableOptions options = {});
+                      const Initializer& init, autograd::VariableOptions options = {},
+                      regularizers::Regularizer regularizer = {});
   // Registers a submodule under `name` (unique within this module, no '/').
   void register_module(const std::string& name, std::shared_ptr<Module> module);
   // Removes every registered submodule (Sequential rebuilding its list).
@@ -121,12 +154,13 @@ class Module : public std::enable_shared_from_this<Module> {
   void check_new_name(const std::string& name, const char* what) const;
 
   std::string kind_;
-  bool training_ = true;
+  std::atomic<bool> training_{true};  // atomic: set_training may race with replicas reading it
   bool autocast_ = true;
   bool explicit_policy_ = false;  // set_dtype_policy was called
   mixed_precision::Policy policy_;
   std::vector<std::pair<std::string, Variable>> variables_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  std::vector<std::function<Tensor()>> losses_;
 };
 
 // A type-erased handle on any module (what Sequential holds).
@@ -137,6 +171,10 @@ class AnyModule {
 
   // Runs the module's forward on x autocast to its compute dtype.
   Tensor operator()(const Tensor& x) const { return module().call(x); }
+  // Per-call options: model(x, {.training = false}) (Keras's model(x, training=False)).
+  Tensor operator()(const Tensor& x, const CallOptions& options) const {
+    return module().call(x, options);
+  }
 
   std::vector<NamedVariable> named_variables(const std::string& prefix = "") const {
     return module().named_variables(prefix);
@@ -148,6 +186,7 @@ class AnyModule {
   }
   bool training() const { return module().training(); }
   void set_training(bool training) const { module().set_training(training); }
+  std::vector<Tensor> losses() const { return module().losses(); }
   const mixed_precision::Policy& dtype_policy() const { return module().dtype_policy(); }
   void set_dtype_policy(const mixed_precision::Policy& policy) const {
     module().set_dtype_policy(policy);

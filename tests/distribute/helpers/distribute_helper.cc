@@ -68,6 +68,16 @@ int print_env() {
   const char* rep = std::getenv("STRATA_REPLICAS_PER_WORKER");
   std::cout << "TF_CONFIG=" << (tf ? tf : "<unset>") << "\n";
   std::cout << "STRATA_REPLICAS_PER_WORKER=" << (rep ? rep : "<unset>") << "\n";
+  // The job secret, never printed: its length and a fingerprint (HMAC of a fixed label),
+  // so that a test can tell that every worker got the same one and each job a new one.
+  if (const auto secret = JobSecret::from_environment()) {
+    const Digest d = secret->mac("fingerprint");
+    char hex[17];
+    for (int i = 0; i < 8; ++i) std::snprintf(hex + 2 * i, 3, "%02x", unsigned(d[size_t(i)]));
+    std::cout << "STRATA_JOB_SECRET: " << secret->text().size() << " bytes, fingerprint " << hex << "\n";
+  } else {
+    std::cout << "STRATA_JOB_SECRET: <unset>\n";
+  }
   std::cout << "resolver: " << ClusterResolver::from_environment().describe() << std::endl;
   std::cerr << "a line on stderr" << std::endl;
   std::cout << "a partial line" << std::flush;

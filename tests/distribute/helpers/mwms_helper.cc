@@ -6,8 +6,10 @@
 //   train --out PREFIX      trains tests/distribute/mwms_model.h's MLP and writes this
 //                           worker's final weights to PREFIX.<worker>; --die-worker W
 //                           --die-at-step K makes worker W kill itself (SIGKILL) after step
-//                           K (--stall-worker W: sleeps instead); the survivors print the
-//                           error they got and exit 1
+//                           K (--stall-worker W: sleeps instead, heartbeating; --stop-worker W:
+//                           stops itself with SIGSTOP, so its heartbeat stops too;
+//                           --stall-timeout S: the stall bound); the survivors print the
+//                           error they got (and the peer a PeerFailure blames) and exit 1
 //   shard --policy P        prints which example ids each local replica gets at each step
 //                           of one epoch of range(--examples) (or of --files, int64
 //                           records) batched by --global-batch
@@ -25,6 +27,7 @@
 
 #include <strata/core/ops.h>
 #include <strata/data/binary_records.h>
+#include <strata/distribute/collective/peer_failure.h>
 #include <strata/distribute/multi_worker_mirrored_strategy.h>
 #include "tests/distribute/mwms_model.h"
 
@@ -136,9 +139,10 @@ int run_collectives(double timeout) {
 }
 
 int run_train(const std::string& out, int epochs, bool seed_per_worker, int die_worker, int die_at_step,
-              int stall_worker, double timeout) {
+              int stall_worker, int stop_worker, double timeout, double stall_timeout) {
   CommunicationOptions o;
   o.timeout_seconds = timeout;
+  o.stall_timeout_seconds = stall_timeout;
   MultiWorkerMirroredStrategy s(ClusterResolver::from_environment(), o);
   const int w = s.worker_index();
   const auto t0 = std::chrono::steady_clock::now();
@@ -156,6 +160,11 @@ int run_train(const std::string& out, int epochs, bool seed_per_worker, int die_
         std::this_thread::sleep_for(std::chrono::seconds(30));
         std::_Exit(0);
       }
+      if (w == stop_worker && step == die_at_step) {
+        // Every thread stops, the heartbeat thread too; its connections stay open.
+        std::cout << "worker " << w << ": stopping itself (SIGSTOP) after step " << step << std::endl;
+        ::raise(SIGSTOP);
+      }
     });
     std::ofstream f(out + "." + std::to_string(w));
     f.precision(9);
@@ -163,6 +172,13 @@ int run_train(const std::string& out, int epochs, bool seed_per_worker, int die_
       for (double x : t.to_vector<double>()) f << x << '\n';
     std::cout << "worker " << w << ": trained " << last_step << " steps" << std::endl;
     return f.good() ? 0 : 1;
+  } catch (const PeerFailure& e) {
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::cout << "worker " << w << ": failed after step " << last_step << " (" << took << " s): " << e.what()
+              << std::endl;
+    std::cout << "worker " << w << ": blames " << e.member() << " " << e.rank() << " ("
+              << peer_failure_cause_name(e.cause()) << ")" << std::endl;
+    return 1;
   } catch (const std::exception& e) {
     const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::cout << "worker " << w << ": failed after step " << last_step << " (" << took << " s): " << e.what()
@@ -203,9 +219,9 @@ int run_shard(const std::string& policy, int64_t examples, int64_t global_batch,
 int main(int argc, char** argv) {
   CLI::App app{"strata_mwms_helper: a worker of the MultiWorkerMirroredStrategy tests"};
   app.require_subcommand(1);
-  double timeout = 60;
+  double timeout = 60, stall_timeout = 60;
   std::string out, policy = "auto", files;
-  int epochs = 2, die_worker = -1, die_at_step = -1, stall_worker = -1;
+  int epochs = 2, die_worker = -1, die_at_step = -1, stall_worker = -1, stop_worker = -1;
   bool seed_per_worker = false;
   int64_t examples = 40, global_batch = 8;
   auto* coll = app.add_subcommand("collectives", "check every collective");
@@ -217,7 +233,9 @@ int main(int argc, char** argv) {
   train->add_option("--die-worker", die_worker);
   train->add_option("--die-at-step", die_at_step);
   train->add_option("--stall-worker", stall_worker);
+  train->add_option("--stop-worker", stop_worker);
   train->add_option("--timeout", timeout);
+  train->add_option("--stall-timeout", stall_timeout);
   auto* shard = app.add_subcommand("shard", "print each replica's example ids");
   shard->add_option("--policy", policy);
   shard->add_option("--examples", examples);
@@ -226,7 +244,8 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     if (*coll) return run_collectives(timeout);
-    if (*train) return run_train(out, epochs, seed_per_worker, die_worker, die_at_step, stall_worker, timeout);
+    if (*train) return run_train(out, epochs, seed_per_worker, die_worker, die_at_step, stall_worker, stop_worker,
+                                   timeout, stall_timeout);
     return run_shard(policy, examples, global_batch, files);
   } catch (const std::exception& e) {
     std::cout << "error: " << e.what() << std::endl;

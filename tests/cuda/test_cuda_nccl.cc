@@ -1,0 +1,210 @@
+// NCCL and the strategies on a real GPU (label cuda; run by scripts/gpu-check.sh). Without a
+// CUDA device, or in a build without NCCL, the executable reports "skipped" (exit code 77).
+// A lent machine has one GPU, so: 1-rank NCCL collectives in every dtype (local and
+// process groups), a 2-rank group whose second rank never joins (the bounded
+// initialisation must abort and name it), Mirrored over 2 logical GPUs of cuda:0 and
+// OneDevice(cuda:0) against the CPU run of the same training. With two or more GPUs,
+// Mirrored over distinct GPUs runs NCCL between ranks, and a failing replica must release
+// the other.
+#define CATCH_CONFIG_RUNNER
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include <strata/autograd/autograd.h>
+#include <strata/core/ops.h>
+#include <strata/core/stream.h>
+#include <strata/distribute/collective/nccl_communicator.h>
+#include <strata/distribute/collective/tcp_store.h>
+#include <strata/distribute/loss_scaling.h>
+#include <strata/distribute/strategy.h>
+#include <strata/train/losses.h>
+#include <strata/train/nn/activations.h>
+#include <strata/train/nn/dense.h>
+#include <strata/train/nn/sequential.h>
+#include <strata/train/sgd.h>
+
+using namespace strata;
+using namespace strata::distribute;
+
+namespace cuda_nccl_test {
+
+constexpr int kSkip = 77;
+const std::vector<DType> kAllDTypes = {kFloat32, kFloat64, kFloat16, kBFloat16, kInt32, kInt64};
+
+// Small integers, exact in every dtype, on `d`.
+Tensor small_ints(Device d, DType dtype, int64_t rows, int64_t cols) {
+  std::vector<float> v(size_t(rows * cols));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = float(int(i % 13) - 6);
+  return cast(Tensor::from_vector(v, {rows, cols}, kFloat32, Device()), dtype).to(d);
+}
+
+std::vector<double> host(const Tensor& t) { return t.to(Device()).to_vector<double>(); }
+
+// Every collective of a 1-rank communicator leaves the values as they are (Mean divides
+// by one), in every dtype; a tensor on the wrong device is refused.
+void check_one_rank(Communicator& comm, Device gpu) {
+  REQUIRE(comm.size() == 1);
+  REQUIRE(comm.backend() == "nccl");
+  REQUIRE(comm.buffer_device() == gpu);
+  DeviceGuard on(gpu);
+  for (DType dtype : kAllDTypes) {
+    INFO("dtype " << dtype_name(dtype));
+    const Tensor expected = small_ints(gpu, dtype, 4, 5);
+    const std::vector<double> want = host(expected);
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min}) {
+      Tensor buffer = expected.clone();
+      comm.all_reduce(buffer, op);
+      REQUIRE(host(buffer) == want);
+    }
+    Tensor b = expected.clone();
+    comm.broadcast(b, 0);
+    REQUIRE(host(b) == want);
+    Tensor gathered = zeros({4, 5}, dtype, gpu);
+    comm.all_gather(expected, gathered);
+    REQUIRE(host(gathered) == want);
+    Tensor scattered = zeros({4, 5}, dtype, gpu);
+    comm.reduce_scatter(expected, scattered, ReduceOp::Sum);
+    REQUIRE(host(scattered) == want);
+  }
+  Tensor flags = cast(ones({3}, kFloat32, gpu), kBool);
+  comm.all_reduce(flags, ReduceOp::Max);
+  REQUIRE(host(flags) == std::vector<double>{1, 1, 1});
+  REQUIRE_THROWS_WITH(comm.all_reduce(flags, ReduceOp::Sum), Catch::Contains("bool"));
+  Tensor on_host = ones({2});
+  REQUIRE_THROWS_WITH(comm.all_reduce(on_host, ReduceOp::Sum),
+                      Catch::Contains("is on cpu:0") && Catch::Contains("rank 0"));
+  comm.barrier();
+}
+
+// A small MLP trained for a few SGD steps on fixed data; the loss of every step.
+std::vector<float> mlp_losses(Strategy& strategy) {
+  constexpr int64_t kIn = 16, kHidden = 32, kClasses = 4, kBatch = 32, kSteps = 5;
+  std::mt19937 gen(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(size_t(kBatch * kIn));
+  for (auto& v : x) v = normal(gen);
+  std::vector<int64_t> y(static_cast<size_t>(kBatch));
+  for (int64_t i = 0; i < kBatch; ++i) y[size_t(i)] = (x[size_t(i * kIn)] > 0) + 2 * (x[size_t(i * kIn + 1)] > 0);
+  const Tensor gx = Tensor::from_vector(x, {kBatch, kIn}, kFloat32, Device());
+  const Tensor gy = Tensor::from_vector(y, {kBatch}, kInt64, Device());
+  nn::Sequential model;
+  optim::Optimizer opt;
+  {
+    auto scope = strategy.scope();
+    model = nn::Sequential{nn::Dense(kIn, kHidden, {.kernel_initializer = nn::glorot_uniform(11)}), nn::ReLU(),
+                           nn::Dense(kHidden, kClasses, {.kernel_initializer = nn::glorot_uniform(12)})};
+    opt = optim::SGD(0.1, {.momentum = 0.9});
+  }
+  const int64_t per_replica = kBatch / strategy.num_replicas_in_sync();
+  std::vector<float> losses;
+  for (int64_t s = 0; s < kSteps; ++s) {
+    auto part = [&](const Tensor& global) {
+      return strategy.experimental_distribute_values_from_function([&](const ValueContext& ctx) {
+        return global.slice(0, ctx.replica_id_in_sync_group * per_replica,
+                            (ctx.replica_id_in_sync_group + 1) * per_replica);
+      });
+    };
+    auto per_replica_loss = strategy.run(
+        [&](const Tensor& bx, const Tensor& by) {
+          GradientTape tape;
+          Tensor logits = model(bx);
+          Tensor loss = compute_average_loss(
+              losses::sparse_categorical_crossentropy(by, logits, /*from_logits=*/true), kBatch);
+          auto vars = model.trainable_variables();
+          opt.apply_gradients(tape.gradient(loss, vars), vars);
+          return loss;
+        },
+        part(gx), part(gy));
+    losses.push_back(strategy.reduce(ReduceOp::Sum, per_replica_loss).to(Device()).item<float>());
+  }
+  return losses;
+}
+
+void require_close(const std::vector<float>& got, const std::vector<float>& want) {
+  REQUIRE(got.size() == want.size());
+  for (size_t s = 0; s < got.size(); ++s) {
+    INFO("step " << s << ": " << got[s] << " vs the CPU's " << want[s]);
+    // float32 on cuBLAS vs the CPU's GEMM: a few ulps per op, accumulated over the steps.
+    REQUIRE(got[s] == Approx(want[s]).epsilon(1e-3));
+  }
+  REQUIRE(want.back() < want.front());
+}
+
+}  // namespace cuda_nccl_test
+
+using namespace cuda_nccl_test;
+
+TEST_CASE("nccl: 1-rank local group, every collective and dtype", "[nccl]") {
+  auto group = nccl_backend()->local_group({cuda(0)}, {.timeout_seconds = 60});
+  check_one_rank(group->communicator(0), cuda(0));
+}
+
+TEST_CASE("nccl: 1-rank process group through the TCP store", "[nccl]") {
+  TcpStoreServer server(0, "127.0.0.1");
+  auto store = std::make_shared<TcpStore>("127.0.0.1", server.port(), 30.0);
+  auto comm = nccl_backend()->process_group(
+      {.rank = 0, .size = 1, .device = cuda(0), .store = store, .prefix = "one", .comm = {.timeout_seconds = 60}});
+  check_one_rank(*comm, cuda(0));
+}
+
+TEST_CASE("nccl: a rank that never joins makes initialisation fail within the timeout, naming it", "[nccl]") {
+  TcpStoreServer server(0, "127.0.0.1");
+  auto store = std::make_shared<TcpStore>("127.0.0.1", server.port(), 30.0);
+  const auto t0 = std::chrono::steady_clock::now();
+  REQUIRE_THROWS_WITH(nccl_backend()->process_group({.rank = 0, .size = 2, .device = cuda(0), .store = store,
+                                                     .prefix = "lonely", .comm = {.timeout_seconds = 5}}),
+                      Catch::Contains("rank 0 of 2") && Catch::Contains("rank(s) 1 never joined"));
+  REQUIRE(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 30);
+}
+
+TEST_CASE("nccl: OneDevice(cuda:0) and Mirrored over 2 logical GPUs of cuda:0 train as the CPU does", "[nccl]") {
+  MirroredStrategy on_cpus(MirroredStrategy::cpu_devices(2));
+  const std::vector<float> cpu = mlp_losses(on_cpus);
+  OneDeviceStrategy one_gpu(cuda(0));
+  require_close(mlp_losses(one_gpu), cpu);
+  MirroredStrategy virtual_gpus({cuda(0), cuda(0)});
+  REQUIRE(virtual_gpus.cross_device_ops() == CrossDeviceOps::HierarchicalCopyAllReduce);
+  require_close(mlp_losses(virtual_gpus), cpu);
+}
+
+TEST_CASE("nccl: Mirrored over distinct GPUs (needs 2)", "[nccl]") {
+  if (MirroredStrategy::visible_gpus() < 2) {
+    WARN("one GPU: NCCL between ranks needs two (NCCL refuses two ranks on one GPU)");
+    return;
+  }
+  MirroredStrategy strategy({cuda(0), cuda(1)}, CrossDeviceOps::Default, {.timeout_seconds = 20});
+  REQUIRE(strategy.cross_device_ops() == CrossDeviceOps::NcclAllReduce);
+  MirroredStrategy on_cpus(MirroredStrategy::cpu_devices(2));
+  require_close(mlp_losses(strategy), mlp_losses(on_cpus));
+  const auto t0 = std::chrono::steady_clock::now();
+  REQUIRE_THROWS_WITH(strategy.run([&] {
+    ReplicaContext* ctx = get_replica_context();
+    if (ctx->replica_id_in_sync_group() == 1) throw Error("boom in replica 1");
+    ctx->all_reduce(ReduceOp::Sum, ones({1024}, kFloat32, ctx->device()));
+  }),
+                      Catch::Contains("replica 1"));
+  REQUIRE(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 20);
+  auto sums = strategy.run([&] {
+    ReplicaContext* ctx = get_replica_context();
+    return ctx->all_reduce(ReduceOp::Sum, ones({8}, kFloat32, ctx->device()));
+  });
+  for (const Tensor& t : sums.values()) REQUIRE(host(t) == std::vector<double>(8, 2.0));
+}
+
+int main(int argc, char** argv) {
+  const int gpus = MirroredStrategy::visible_gpus();
+  if (gpus == 0) {
+    std::printf("skipped: no CUDA device\n");
+    return kSkip;
+  }
+  if (nccl_backend() == nullptr) {
+    std::printf("skipped: strata was built without NCCL\n");
+    return kSkip;
+  }
+  std::printf("%s, %d GPU(s)\n", nccl_backend()->name().c_str(), gpus);
+  return Catch::Session().run(argc, argv);
+}

@@ -1,0 +1,197 @@
+// MirroredStrategy on (emulated) GPUs: the NCCL path of the strategies, run in CI. The
+// emulated NCCL backend (emulated_nccl.cc) reduces with the in-process communicator, so
+// what is tested here is the strategy logic on GPUs — NcclAllReduce chosen by default for
+// distinct GPUs, logical GPUs sharing one device reducing in device memory, the same
+// training as on CPUs, and failures that release the other replicas naming the culprit.
+// The model is a small MLP written with broadcasting multiplies and sums (matmul is a
+// cuBLAS call, which the emulator cannot run).
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <random>
+#include <vector>
+
+#include <strata/autograd/autograd.h>
+#include <strata/core/ops.h>
+#include <strata/distribute/collective/nccl_communicator.h>
+#include <strata/distribute/loss_scaling.h>
+#include <strata/distribute/make_strategy.h>
+#include <strata/distribute/strategy.h>
+#include <strata/train/sgd.h>
+#include "tests/cuda_emulation/emulated_nccl.h"
+
+using namespace strata;
+using namespace strata::distribute;
+
+namespace emulated_nccl_test {
+
+constexpr int64_t kFeatures = 6, kHidden = 8, kOutputs = 2, kGlobalBatch = 16, kSteps = 4;
+
+// A fixed regression problem: kSteps global batches of inputs and targets (host tensors).
+struct Problem {
+  std::vector<Tensor> x, y;
+};
+
+Problem make_problem() {
+  std::mt19937 gen(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  Problem p;
+  for (int64_t s = 0; s < kSteps; ++s) {
+    std::vector<float> x(size_t(kGlobalBatch * kFeatures)), y(size_t(kGlobalBatch * kOutputs));
+    for (auto& v : x) v = normal(gen);
+    for (int64_t i = 0; i < kGlobalBatch; ++i) {
+      y[size_t(i * kOutputs)] = x[size_t(i * kFeatures)] - 0.5f * x[size_t(i * kFeatures + 1)];
+      y[size_t(i * kOutputs + 1)] = x[size_t(i * kFeatures + 2)] * x[size_t(i * kFeatures + 3)];
+    }
+    p.x.push_back(Tensor::from_vector(x, {kGlobalBatch, kFeatures}, kFloat32, Device()));
+    p.y.push_back(Tensor::from_vector(y, {kGlobalBatch, kOutputs}, kFloat32, Device()));
+  }
+  return p;
+}
+
+Tensor initial(int64_t rows, int64_t cols, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> u(-0.5f, 0.5f);
+  std::vector<float> v(size_t(rows * cols));
+  for (auto& e : v) e = u(gen);
+  return Tensor::from_vector(v, {rows, cols}, kFloat32, Device());
+}
+
+// x [b, in] times w [in, out] without matmul: sum over `in` of x[b, in, 1] * w[1, in, out].
+Tensor dense(const Tensor& x, const Tensor& w, const Tensor& b) {
+  const int64_t n = x.dim(0), in = w.dim(0), out = w.dim(1);
+  return sum(reshape(x, {n, in, 1}) * reshape(w, {1, in, out}), std::vector<int64_t>{1}) + b;
+}
+
+// Trains kSteps SGD steps under `strategy`; returns the global loss of every step.
+std::vector<float> train_losses(Strategy& strategy, const Problem& p) {
+  std::vector<Variable> vars;
+  optim::Optimizer opt;
+  {
+    auto scope = strategy.scope();
+    vars = {Variable(initial(kFeatures, kHidden, 1)), Variable(initial(1, kHidden, 2)),
+            Variable(initial(kHidden, kOutputs, 3)), Variable(initial(1, kOutputs, 4))};
+    opt = optim::SGD(0.05, {.momentum = 0.9});
+  }
+  const int n = strategy.num_replicas_in_sync();
+  const int64_t per_replica = kGlobalBatch / n;
+  std::vector<float> losses;
+  for (int64_t s = 0; s < kSteps; ++s) {
+    auto slice = [&](const Tensor& global, const ValueContext& ctx) {
+      return global.slice(0, ctx.replica_id_in_sync_group * per_replica,
+                          (ctx.replica_id_in_sync_group + 1) * per_replica);
+    };
+    PerReplica<Tensor> xs = strategy.experimental_distribute_values_from_function(
+        [&](const ValueContext& ctx) { return slice(p.x[size_t(s)], ctx); });
+    PerReplica<Tensor> ys = strategy.experimental_distribute_values_from_function(
+        [&](const ValueContext& ctx) { return slice(p.y[size_t(s)], ctx); });
+    auto per_replica_loss = strategy.run(
+        [&](const Tensor& x, const Tensor& y) {
+          GradientTape tape;
+          Tensor h = relu(dense(x, vars[0].read(), vars[1].read()));
+          Tensor pred = dense(h, vars[2].read(), vars[3].read());
+          Tensor per_example = mean(square(pred - y), std::vector<int64_t>{1});
+          Tensor loss = compute_average_loss(per_example, kGlobalBatch);
+          auto grads = tape.gradient(loss, vars);
+          for (const Tensor& g : grads) STRATA_CHECK(g.defined(), "emulated NCCL test: a gradient is undefined");
+          opt.apply_gradients(grads, vars);
+          return loss;
+        },
+        xs, ys);
+    losses.push_back(strategy.reduce(ReduceOp::Sum, per_replica_loss).to(Device()).item<float>());
+  }
+  return losses;
+}
+
+}  // namespace emulated_nccl_test
+
+using namespace emulated_nccl_test;
+
+TEST_CASE("emulated NCCL: MirroredStrategy() takes every GPU and NcclAllReduce", "[nccl]") {
+  REQUIRE(nccl_available());
+  MirroredStrategy strategy;
+  REQUIRE(strategy.devices() == std::vector<Device>{cuda(0), cuda(1)});
+  REQUIRE(strategy.cross_device_ops() == CrossDeviceOps::NcclAllReduce);
+  REQUIRE(strategy.local_collectives() != nullptr);
+  REQUIRE(nccl_backend()->name() == "nccl (emulated: in-process)");
+  // A replica-context all-reduce runs on each rank's NCCL communicator, on its own GPU.
+  const int64_t before = cuda_emulation::nccl_collectives();
+  auto sums = strategy.run([&] {
+    ReplicaContext* ctx = get_replica_context();
+    return ctx->all_reduce(ReduceOp::Sum, full({2}, double(ctx->replica_id_in_sync_group() + 1), kFloat32, ctx->device()));
+  });
+  REQUIRE(cuda_emulation::nccl_collectives() - before == 2);
+  REQUIRE(sums[1].device() == cuda(1));
+  REQUIRE(sums[1].to(Device()).to_vector<float>() == std::vector<float>{3, 3});
+  // Logical GPUs sharing a device: NCCL refuses them, so they reduce in device memory.
+  MirroredStrategy shared({cuda(0), cuda(0)});
+  REQUIRE(shared.cross_device_ops() == CrossDeviceOps::HierarchicalCopyAllReduce);
+  REQUIRE(shared.local_collectives() == nullptr);
+  REQUIRE_THROWS_WITH(MirroredStrategy({cuda(0), cuda(0)}, CrossDeviceOps::NcclAllReduce),
+                      Catch::Contains("NcclAllReduce is not available for the devices [cuda:0, cuda:0]"));
+  REQUIRE_THROWS_WITH(MirroredStrategy({cpu(0), cpu(0)}), Catch::Contains("listed twice"));
+  // make_strategy's virtual GPUs: each visible GPU split in two.
+  auto virt = make_strategy("mirrored", {.virtual_gpus = 2});
+  REQUIRE(virt->devices() == std::vector<Device>{cuda(0), cuda(0), cuda(1), cuda(1)});
+  REQUIRE_THROWS_WITH(make_strategy("mirrored", {.devices = {cpu(0)}, .virtual_gpus = 2}),
+                      Catch::Contains("not one"));
+}
+
+TEST_CASE("emulated NCCL: Mirrored training on 2 GPUs and on 2 logical GPUs matches the CPU run", "[nccl]") {
+  const Problem p = make_problem();
+  MirroredStrategy on_cpus(MirroredStrategy::cpu_devices(2));
+  const std::vector<float> cpu_losses = train_losses(on_cpus, p);
+
+  const int64_t before = cuda_emulation::nccl_collectives();
+  MirroredStrategy on_gpus({cuda(0), cuda(1)});
+  const std::vector<float> nccl_losses = train_losses(on_gpus, p);
+  // Each step's gradient all-reduce ran through the NCCL communicators (one per rank).
+  REQUIRE(cuda_emulation::nccl_collectives() - before >= 2 * kSteps);
+
+  const int64_t before_virtual = cuda_emulation::nccl_collectives();
+  MirroredStrategy on_one_gpu({cuda(0), cuda(0)});
+  const std::vector<float> virtual_losses = train_losses(on_one_gpu, p);
+  REQUIRE(cuda_emulation::nccl_collectives() == before_virtual);  // device memory, no NCCL
+
+  REQUIRE(cpu_losses.size() == size_t(kSteps));
+  for (int64_t s = 0; s < kSteps; ++s) {
+    INFO("step " << s << ": cpu " << cpu_losses[size_t(s)] << ", nccl " << nccl_losses[size_t(s)] << ", virtual "
+                 << virtual_losses[size_t(s)]);
+    REQUIRE(nccl_losses[size_t(s)] == Approx(cpu_losses[size_t(s)]).epsilon(1e-5));
+    REQUIRE(virtual_losses[size_t(s)] == Approx(cpu_losses[size_t(s)]).epsilon(1e-5));
+  }
+  // It trains: the last batch's loss is below the first's (every step updates the weights:
+  // the gradients are defined, checked in the step).
+  REQUIRE(cpu_losses.back() < cpu_losses.front());
+}
+
+TEST_CASE("emulated NCCL: a replica that throws mid-collective releases the other, naming it", "[nccl]") {
+  const double timeout = 20;
+  MirroredStrategy strategy({cuda(0), cuda(1)}, CrossDeviceOps::Default, {.timeout_seconds = timeout});
+  REQUIRE(strategy.local_collectives() != nullptr);
+  const auto t0 = std::chrono::steady_clock::now();
+  REQUIRE_THROWS_WITH(strategy.run([&] {
+    ReplicaContext* ctx = get_replica_context();
+    Tensor v = ones({4}, kFloat32, ctx->device());
+    if (ctx->replica_id_in_sync_group() == 1) throw Error("boom in replica 1's step");
+    ctx->all_reduce(ReduceOp::Sum, v);  // replica 0 waits here for replica 1
+  }),
+                      Catch::Contains("replica 1") && Catch::Contains("boom"));
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  REQUIRE(waited < timeout / 2);  // released by the failure, not by the timeout
+
+  // A replica that returns without issuing the collective: the other fails at once.
+  REQUIRE_THROWS_WITH(strategy.run([&] {
+    ReplicaContext* ctx = get_replica_context();
+    if (ctx->replica_id_in_sync_group() == 0) ctx->all_reduce(ReduceOp::Sum, ones({2}, kFloat32, ctx->device()));
+  }),
+                      Catch::Contains("replica 1"));
+
+  // The strategy stays usable: the next round reduces normally.
+  auto sums = strategy.run([&] {
+    ReplicaContext* ctx = get_replica_context();
+    Tensor v = full({3}, double(ctx->replica_id_in_sync_group() + 1), kFloat32, ctx->device());
+    return ctx->all_reduce(ReduceOp::Sum, v);
+  });
+  for (const Tensor& t : sums.values()) REQUIRE(t.to(Device()).to_vector<float>() == std::vector<float>{3, 3, 3});
+}
