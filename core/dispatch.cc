@@ -1,4 +1,5 @@
 #include <strata/core/dispatch.h>
+#include <strata/core/contiguous.h>
 
 #include <array>
 #include <atomic>
@@ -114,5 +115,13 @@ thread_local Recorder* t_recorder = nullptr;
 }
 Recorder* thread_recorder() { return t_recorder; }
 void set_thread_recorder(Recorder* recorder) { t_recorder = recorder; }
+
+Tensor contiguous_untaped(const Tensor& t) {
+  if (t.is_contiguous()) return t;
+  Tensor out = Tensor::empty(t.shape(), t.dtype(), t.device());
+  const Tensor in[1] = {t}, o[1] = {out};
+  run_kernel(OpId::Copy, OpAttrs{}, in, o);
+  return out;
+}
 
 }  // namespace strata

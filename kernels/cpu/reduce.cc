@@ -9,20 +9,13 @@
 #include <cmath>
 #include <limits>
 
+#include <strata/core/contiguous.h>
 #include <strata/core/dispatch.h>
 #include <strata/kernels/cpu/loops.h>
 
 namespace strata::cpu_kernels {
 
-Tensor contiguous_copy(const Tensor& t) {
-  if (t.is_contiguous()) return t;
-  Tensor out = Tensor::empty(t.shape(), t.dtype(), t.device());
-  OpAttrs attrs;
-  const Tensor in[1] = {t};
-  const Tensor o[1] = {out};
-  run_kernel(OpId::Copy, attrs, in, o);
-  return out;
-}
+Tensor contiguous_copy(const Tensor& t) { return contiguous_untaped(t); }
 
 namespace {
 

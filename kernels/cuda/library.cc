@@ -7,6 +7,7 @@
 #include <atomic>
 
 #include <strata/core/allocator.h>
+#include <strata/core/contiguous.h>
 #include <strata/core/dispatch.h>
 #include <strata/core/error.h>
 #include <strata/kernels/cuda/check.h>
@@ -44,12 +45,7 @@ void copy_into(const Tensor& src, const Tensor& dst) {
   run_kernel(OpId::Copy, OpAttrs{}, in, out);
 }
 
-Tensor contiguous_on_device(const Tensor& t) {
-  if (t.is_contiguous()) return t;
-  Tensor c = Tensor::empty(t.shape(), t.dtype(), t.device());
-  copy_into(t, c);
-  return c;
-}
+Tensor contiguous_on_device(const Tensor& t) { return contiguous_untaped(t); }
 
 void fill_zero(const Tensor& t, const Stream& stream) {
   if (t.numel() == 0) return;

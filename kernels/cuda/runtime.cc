@@ -11,6 +11,7 @@
 #include <mutex>
 #include <vector>
 
+#include <strata/core/contiguous.h>
 #include <strata/core/data_error.h>
 #include <strata/core/dispatch.h>
 #include <strata/core/error.h>
@@ -293,16 +294,6 @@ PinnedPool& pinned_pool() {
 
 // ---- copies (core/dispatch.h CopyFn) ----
 
-// t itself when contiguous, else a contiguous copy on its own device (not taped: the copy
-// op that called us is what autograd records).
-Tensor contiguous_on_device(const Tensor& t) {
-  if (t.is_contiguous()) return t;
-  Tensor c = Tensor::empty(t.shape(), t.dtype(), t.device());
-  const Tensor in[1] = {t}, out[1] = {c};
-  run_kernel(OpId::Copy, OpAttrs{}, in, out);
-  return c;
-}
-
 void copy_cpu_to_cuda(const Tensor& src, const Tensor& dst, const Stream& stream, bool non_blocking) {
   const Tensor s = src.is_contiguous() ? src : src.contiguous();
   const size_t n = s.nbytes();
@@ -325,7 +316,7 @@ void copy_cpu_to_cuda(const Tensor& src, const Tensor& dst, const Stream& stream
 }
 
 void copy_cuda_to_cpu(const Tensor& src, const Tensor& dst, const Stream& stream, bool non_blocking) {
-  const Tensor s = contiguous_on_device(src);
+  const Tensor s = contiguous_untaped(src);
   const size_t n = s.nbytes();
   if (n == 0) return;
   set_device(stream.device().index);
@@ -343,7 +334,7 @@ void copy_cuda_to_cuda(const Tensor& src, const Tensor& dst, const Stream& strea
     StreamGuard guard(stream);
     run_kernel(OpId::Copy, OpAttrs{}, in, out);
   } else {
-    const Tensor s = contiguous_on_device(src);
+    const Tensor s = contiguous_untaped(src);
     const Stream src_stream = current_stream(src.device());
     streams().wait(stream, src_stream);  // the source's producers come first
     set_device(to);

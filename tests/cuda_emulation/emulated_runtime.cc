@@ -16,6 +16,7 @@
 #include <cstring>
 #include <mutex>
 
+#include <strata/core/contiguous.h>
 #include <strata/core/dispatch.h>
 #include <strata/core/error.h>
 #include <strata/kernels/cuda/caching_allocator.h>
@@ -106,14 +107,6 @@ cuda_backend::CudaAllocator& allocator_instance() {
   return *a;
 }
 
-Tensor contiguous_on_device(const Tensor& t) {
-  if (t.is_contiguous()) return t;
-  Tensor c = Tensor::empty(t.shape(), t.dtype(), t.device());
-  const Tensor in[1] = {t}, out[1] = {c};
-  run_kernel(OpId::Copy, OpAttrs{}, in, out);
-  return c;
-}
-
 void copy_cpu_to_cuda(const Tensor& src, const Tensor& dst, const Stream& stream, bool non_blocking) {
   const Tensor s = src.is_contiguous() ? src : src.contiguous();
   if (s.nbytes()) std::memcpy(dst.raw_data(), s.raw_data(), s.nbytes());
@@ -121,7 +114,7 @@ void copy_cpu_to_cuda(const Tensor& src, const Tensor& dst, const Stream& stream
 }
 
 void copy_cuda_to_cpu(const Tensor& src, const Tensor& dst, const Stream& stream, bool non_blocking) {
-  const Tensor s = contiguous_on_device(src);
+  const Tensor s = contiguous_untaped(src);
   if (s.nbytes()) std::memcpy(dst.raw_data(), s.raw_data(), s.nbytes());
   if (!non_blocking) streams().synchronize(stream);
 }
@@ -132,7 +125,7 @@ void copy_cuda_to_cuda(const Tensor& src, const Tensor& dst, const Stream& strea
     StreamGuard guard(stream);
     run_kernel(OpId::Copy, OpAttrs{}, in, out);
   } else {
-    const Tensor s = contiguous_on_device(src);
+    const Tensor s = contiguous_untaped(src);
     if (s.nbytes()) std::memcpy(dst.raw_data(), s.raw_data(), s.nbytes());
   }
   if (!non_blocking) streams().synchronize(stream);
