@@ -257,6 +257,12 @@ int run_parameter_server_job(const Config& c) {
   return tools::run_parameter_server_training(job);
 }
 
+// Errors raised in this file already start with "strata-train: "; others get it added.
+std::string with_program_prefix(const std::string& message) {
+  static const std::string prefix = "strata-train: ";
+  return message.rfind(prefix, 0) == 0 ? message : prefix + message;
+}
+
 int run(const Config& c) {
   const auto t0 = std::chrono::steady_clock::now();
   if (!c.report.empty()) check_report_writable(c.report);
@@ -472,10 +478,10 @@ int main(int argc, char** argv) {
   } catch (const distribute::PeerFailure& e) {
     // Another worker failed first: say so in the line strata-launch looks for, so it
     // blames that worker (and stops it, if it is stalled) rather than this one.
-    std::cerr << "strata-train: " << e.what() << "\n" << distribute::peer_failure_marker(e) << std::endl;
+    std::cerr << with_program_prefix(e.what()) << "\n" << distribute::peer_failure_marker(e) << std::endl;
     return distribute::kPeerFailureExitCode;
   } catch (const std::exception& e) {
-    std::cerr << "strata-train: " << e.what() << "\n";
+    std::cerr << with_program_prefix(e.what()) << "\n";
     return 1;
   }
 }

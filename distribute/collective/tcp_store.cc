@@ -150,7 +150,13 @@ std::string seconds_str(double s) {
   return os.str();
 }
 
-int64_t to_ms(double seconds) { return int64_t(std::ceil(std::max(0.0, seconds) * 1000.0)); }
+// Clamped to ten years: a huge timeout means "practically forever", and an unclamped one
+// would overflow the millisecond count and the deadline computed from it.
+int64_t to_ms(double seconds) {
+  constexpr double kMaxSeconds = 10.0 * 365 * 24 * 3600;
+  const double s = seconds > 0.0 ? std::min(seconds, kMaxSeconds) : 0.0;  // NaN -> 0
+  return int64_t(std::ceil(s * 1000.0));
+}
 
 void set_nonblocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL, 0) | O_NONBLOCK); }
 void set_nodelay(int fd) {

@@ -72,6 +72,15 @@ TEST_CASE("TcpStore wait and get block until another client sets the keys", "[st
   });
   CHECK(waiter.get("late", 5.0) == "value");
   t2.join();
+
+  // A timeout too large for a millisecond deadline means "practically forever" (clamped),
+  // not an overflowed deadline in the past that fails at once.
+  std::thread t3([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    setter.set("patient", "yes");
+  });
+  CHECK(waiter.get("patient", 1e300) == "yes");
+  t3.join();
 }
 
 TEST_CASE("TcpStore wait times out naming the missing keys", "[store]") {

@@ -27,6 +27,8 @@ TEST_CASE("strata-train: unknown flags and bad values exit 2 with one line") {
                            "--replicas 0", "--data mnist"}) {
     INFO(args);
     Run r = run(args);
+    // The program name prefixes each message once, whoever raised it.
+    REQUIRE_THAT(r.output, !Catch::Contains("strata-train: strata-train:"));
     if (std::string(args) == "--data mnist") {
       REQUIRE(r.status != 0);  // rejected when the data is loaded
       REQUIRE_THAT(r.output, Catch::Contains("--data"));
