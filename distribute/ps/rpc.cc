@@ -8,7 +8,9 @@
 #include <strata/distribute/ps/rpc_codec.h>
 
 #ifdef STRATA_HAS_ZMQ
+#include <netdb.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <sodium.h>
@@ -219,11 +221,28 @@ bool recv_all(zmq::socket_t& sock, std::vector<zmq::message_t>& parts) {
   }
 }
 
+// The numeric address a host name resolves to first (as the TcpStore server binds): a
+// server given a name listens on that one interface, never on every interface.
+std::string resolve_bind_address(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  const int gai = ::getaddrinfo(host.c_str(), nullptr, &hints, &res);
+  STRATA_CHECK(gai == 0 && res != nullptr, "parameter server: cannot resolve the bind address '", host, "': ",
+               gai == 0 ? "no address" : ::gai_strerror(gai));
+  char text[NI_MAXHOST] = {0};
+  const int rc = ::getnameinfo(res->ai_addr, res->ai_addrlen, text, sizeof(text), nullptr, 0, NI_NUMERICHOST);
+  ::freeaddrinfo(res);
+  STRATA_CHECK(rc == 0, "parameter server: cannot print the address '", host, "' resolves to: ", ::gai_strerror(rc));
+  return text;
+}
+
 std::string bind_endpoint(const std::string& host, int port) {
   std::string h = host;
   if (h.empty() || h == "localhost") h = "127.0.0.1";
   const bool numeric = h.find_first_not_of("0123456789.") == std::string::npos || h.find(':') != std::string::npos;
-  if (!numeric) h = "*";  // a host name: listen on every interface
+  if (!numeric) h = resolve_bind_address(h);
   if (h.find(':') != std::string::npos) h = "[" + h + "]";
   return "tcp://" + h + ":" + (port == 0 ? std::string("*") : std::to_string(port));
 }

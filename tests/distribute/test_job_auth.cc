@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <ifaddrs.h>
 #include <net/if.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -407,6 +408,41 @@ TEST_CASE("Parameter server: a client without the job secret cannot read, assign
   REQUIRE(back.tensors.size() == 1);
   CHECK(back.tensors[0].to_vector<float>() == std::vector<float>{1.f, 2.f, 3.f});
   CHECK(job.call(ps::kPing, {}, 10).header.contains("incarnation"));
+}
+
+TEST_CASE("RpcServer given a host name listens on the address it resolves to, not on every interface", "[auth][ps]") {
+  if (!ps::rpc_available()) {
+    WARN("built without ZeroMQ: skipped");
+    return;
+  }
+  char name[256] = {0};
+  REQUIRE(::gethostname(name, sizeof(name) - 1) == 0);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(name, nullptr, &hints, &res) != 0 || res == nullptr) {
+    WARN("the host name '" << name << "' does not resolve here: skipped");
+    return;
+  }
+  char text[NI_MAXHOST] = {0};
+  REQUIRE(::getnameinfo(res->ai_addr, res->ai_addrlen, text, sizeof(text), nullptr, 0, NI_NUMERICHOST) == 0);
+  const bool ipv6 = res->ai_family == AF_INET6;
+  ::freeaddrinfo(res);
+  const JobSecret secret = JobSecret::generate();
+  ps::RpcServer server(name, 0, "named server", secret);
+  server.add_method("echo", [](const ps::RpcMessage& m) { return m; });
+  server.start();
+  const std::string resolved = ipv6 ? "[" + std::string(text) + "]" : std::string(text);
+  ps::RpcClient direct(resolved + ":" + std::to_string(server.port()), "named server", secret);
+  CHECK(direct.call("echo", ps::RpcMessage{nlohmann::json{{"x", 2}}, {}}, 10).header.at("x") == 2);
+  if (std::string(text) == "127.0.0.1") {
+    WARN("'" << name << "' resolves to 127.0.0.1: checked that the server is reachable there only");
+    return;
+  }
+  // Another local address of this machine does not reach it.
+  ps::RpcClient via_loopback("127.0.0.1:" + std::to_string(server.port()), "named server", secret);
+  CHECK_THROWS_AS(via_loopback.call("echo", {}, 0.5), ps::RpcError);
 }
 
 TEST_CASE("RpcServer counts and logs refused handshakes", "[auth][ps]") {
