@@ -247,6 +247,7 @@ int run_parameter_server_job(const Config& c) {
   job.steps = c.steps, job.steps_per_loop = c.steps_per_loop, job.global_batch = c.global_batch;
   job.eval_steps = c.eval_steps, job.eval_interval = c.eval_interval, job.seed = c.seed;
   job.learning_rate = c.learning_rate, job.quiet = c.quiet, job.verbose = c.verbose;
+  job.terminate_on_nan = !c.no_terminate_on_nan;
   job.load_data = [&c] {
     Datasets d = load_data(c);
     return tools::PsTrainData{std::move(d.train), std::move(d.eval), std::move(d.description)};

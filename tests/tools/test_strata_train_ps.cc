@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sys/types.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +15,7 @@
 
 #include "tests/distribute/child_process.h"
 #include "tests/tools/strata_train_runner.h"
+#include <strata/train/directory_lock.h>
 
 namespace {
 
@@ -189,5 +191,48 @@ TEST_CASE("strata-train --strategy parameter_server: a killed parameter server f
   CHECK_THAT(r.output, Catch::Contains("strata-launch: ") && Catch::Contains("chief exited with status 1"));
   CHECK(seconds < 60);
   CHECK(!fs::exists(dir / "report.json"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("strata-train --strategy parameter_server: the chief's guards match the synchronous modes", "[ps]") {
+  const auto dir = fresh_dir("guards");
+  auto flags = [&](const fs::path& sub, int64_t steps, const std::string& learning_rate = "0.05") {
+    std::vector<std::string> f = train_flags(dir / sub, steps);
+    *(std::find(f.begin(), f.end(), "--learning-rate") + 1) = learning_rate;
+    fs::create_directories(dir / sub);
+    return launch_ps(1, 1, f);
+  };
+  // A model directory held by another job is refused, naming it; nothing is written.
+  {
+    strata::train::DirectoryLock held(dir / "locked" / "model", "another-job");
+    const auto r = strata::testing::run_process(flags("locked", 50), kEnv, 120);
+    INFO(r.output);
+    CHECK(r.exit_code == 1);
+    CHECK_THAT(r.output, Catch::Contains("in use by another-job"));
+    CHECK_FALSE(fs::exists(dir / "locked" / "model" / "checkpoints"));
+  }
+  // A finished job started again evaluates and reports only what it measured.
+  auto r = strata::testing::run_process(flags("rerun", 50), kEnv, 120);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  const json first = read_json(dir / "rerun" / "report.json");
+  CHECK(first["trained_steps"] == 50);
+  CHECK_FALSE(fs::exists(strata::train::DirectoryLock::lock_path(dir / "rerun" / "model")));  // released
+  r = strata::testing::run_process(flags("rerun", 50), kEnv, 120);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.output, Catch::Contains("nothing to train"));
+  const json again = read_json(dir / "rerun" / "report.json");
+  CHECK(again["steps"] == 50);
+  CHECK(again["trained_steps"] == 0);
+  CHECK(again["final_train_loss"].is_null());
+  CHECK(again["examples_per_sec"].is_null());
+  CHECK(again["eval_accuracy"] == first["eval_accuracy"]);  // the same variables, evaluated again
+  // A NaN loss stops the job (every task exits) and no report is written.
+  r = strata::testing::run_process(flags("nan", 200, "1e30"), kEnv, 120);
+  INFO(r.output);
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.output, Catch::Contains("TerminateOnNaN"));
+  CHECK_FALSE(fs::exists(dir / "nan" / "report.json"));
   fs::remove_all(dir);
 }

@@ -12,6 +12,7 @@
 #include <strata/distribute/ps/cluster_coordinator.h>
 #include <strata/distribute/ps/parameter_server.h>
 #include <strata/distribute/ps/parameter_server_strategy.h>
+#include <strata/train/directory_lock.h>
 
 namespace strata::tools {
 
@@ -153,6 +154,11 @@ int run_chief_or_worker(const PsTrainJob& job, const distribute::ClusterResolver
   const fs::path model_dir = job.model_dir.empty()
                                  ? fs::temp_directory_path() / ("strata-train-" + std::to_string(::getpid()))
                                  : fs::path(job.model_dir);
+  // One job per model directory: the chief, which writes it, holds its lock until exit.
+  train::DirectoryLock model_dir_lock(model_dir, "strata-train");
+  if (model_dir_lock.took_over_stale())
+    std::cerr << "strata-train: took over the lock of a job that ended without releasing it ("
+              << model_dir_lock.path().string() << ")\n";
   // No "train_input": the input lives in the workers' per-worker iterators, which a
   // resumed job recreates.
   train::Checkpoint checkpoint{{"model", model}, {"optimizer", opt}, {"global_step", global_step}};
@@ -165,6 +171,7 @@ int run_chief_or_worker(const PsTrainJob& job, const distribute::ClusterResolver
   co.global_step = global_step;
   co.steps_per_loop = job.steps_per_loop;
   co.checkpoint_manager = &manager;
+  co.terminate_on_nan = job.terminate_on_nan;
   co.summary_dir = (model_dir / "summaries").string();
   co.eval_summary_dir = (model_dir / "summaries" / "eval").string();
   co.progress.verbosity =
@@ -174,7 +181,13 @@ int run_chief_or_worker(const PsTrainJob& job, const distribute::ClusterResolver
             << " examples per step\n";
   train::Controller controller(co);
   const int64_t start_step = controller.global_step();
+  if (start_step >= job.steps) {
+    std::cerr << "strata-train: nothing to train: " << (model_dir / "checkpoints").string() << " is at step "
+              << start_step << " and --steps is " << job.steps << "; evaluating the restored model\n";
+  }
   const auto train_t0 = Clock::now();
+  // A failure here (a NaN loss, a lost parameter server) unwinds through the
+  // coordinator's destructor, which shuts the workers and parameter servers down.
   controller.train_and_evaluate(job.steps, job.eval_steps, job.eval_interval > 0 ? job.eval_interval : job.steps);
   const double train_seconds = std::chrono::duration<double>(Clock::now() - train_t0).count();
   const int64_t final_step = controller.global_step();
@@ -183,13 +196,18 @@ int run_chief_or_worker(const PsTrainJob& job, const distribute::ClusterResolver
   const auto& train_out = controller.last_train_outputs();
   const double trained_steps = double(final_step - start_step);
   const double wall = std::chrono::duration<double>(Clock::now() - start).count();
+  // Only what this run measured: with no step trained there is no train loss or
+  // throughput (null, never a zero that reads like a result).
+  const bool trained = trained_steps > 0 && train_seconds > 0;
+  using nlohmann::json;
   nlohmann::json report = {
       {"steps", final_step},
-      {"final_train_loss", train_out.count("loss") ? train_out.at("loss") : 0.0},
-      {"eval_loss", eval.count("loss") ? eval.at("loss") : 0.0},
-      {"eval_accuracy", eval.count("accuracy") ? eval.at("accuracy") : 0.0},
-      {"examples_per_sec", train_seconds > 0 ? trained_steps * double(batch) / train_seconds : 0.0},
-      {"steps_per_sec", train_seconds > 0 ? trained_steps / train_seconds : 0.0},
+      {"trained_steps", int64_t(trained_steps)},
+      {"final_train_loss", trained && train_out.count("loss") ? json(train_out.at("loss")) : json()},
+      {"eval_loss", eval.count("loss") ? json(eval.at("loss")) : json()},
+      {"eval_accuracy", eval.count("accuracy") ? json(eval.at("accuracy")) : json()},
+      {"examples_per_sec", trained ? json(trained_steps * double(batch) / train_seconds) : json()},
+      {"steps_per_sec", trained ? json(trained_steps / train_seconds) : json()},
       {"wall_seconds", wall},
       // Each worker is one replica training asynchronously.
       {"replicas", num_workers},

@@ -8,7 +8,10 @@
 // one optimizer step on one worker, over --global-batch examples of that worker's shard),
 // evaluates, writes checkpoints (model, optimizer, global step: the per-worker input
 // iterators are not part of them, so a resumed run restarts its input) and the --report
-// file, then shuts the cluster down so that every task exits 0. A parameter server that
+// file, then shuts the cluster down so that every task exits 0. As in the synchronous
+// modes, the chief holds --model-dir's lock (one job per directory), a NaN loss stops the
+// job (TerminateOnNaN) and a run whose directory is already at --steps evaluates again
+// and reports only what it measured (null for the rest). A parameter server that
 // is lost fails the job with an error naming it; a worker that is lost has its closures
 // run on the others.
 #pragma once
@@ -32,6 +35,8 @@ struct PsTrainJob {
   int64_t steps = 0, steps_per_loop = 1, global_batch = 1, eval_steps = -1, eval_interval = 0, seed = 1;
   double learning_rate = 1e-3;
   bool quiet = false, verbose = false;
+  // Keras's TerminateOnNaN on the chief's loop (strata-train's --no-terminate-on-nan).
+  bool terminate_on_nan = true;
   // Called by the chief and the workers (not by parameter servers), before the model is
   // built; every task must get the same data.
   std::function<PsTrainData()> load_data;
