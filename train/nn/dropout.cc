@@ -2,6 +2,7 @@
 
 #include <strata/core/ops.h>
 #include <strata/core/random.h>
+#include <strata/distribute/replica_context.h>
 
 namespace strata::nn {
 
@@ -13,8 +14,16 @@ DropoutImpl::DropoutImpl(double rate, std::optional<uint64_t> seed)
 Tensor DropoutImpl::forward(const Tensor& x) {
   if (!training() || rate_ == 0.0) return x;
   STRATA_CHECK(is_floating(x.dtype()), "nn::Dropout: expected a floating input, got ", x.dtype());
-  const uint64_t call = calls_.fetch_add(1);
-  const uint64_t seed = seed_ ^ (0x9E3779B97F4A7C15ull * (call + 1));
+  const distribute::ReplicaContext* ctx = distribute::get_replica_context();
+  const int replica = ctx ? ctx->replica_id_in_sync_group() : 0;
+  uint64_t call;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    call = calls_[replica]++;
+  }
+  // Replica 0 keeps the single-replica sequence; the others' streams are decorrelated
+  // by a second odd constant.
+  const uint64_t seed = seed_ ^ (0x9E3779B97F4A7C15ull * (call + 1)) ^ (0xD1B54A32D192ED03ull * uint64_t(replica));
   // keep-mask scaled by 1/(1-rate): a constant for autograd, so the gradient is mask/(1-rate).
   const Tensor mask = random::bernoulli(x.shape(), 1.0 - rate_, seed, x.dtype(), x.device()) *
                       (1.0 / (1.0 - rate_));

@@ -1,15 +1,18 @@
 // Dropout: while training, zeroes each element with probability `rate` and scales the
 // rest by 1 / (1 - rate); the identity in inference (Keras's Dropout).
 //
-// Masks are seeded: call k of a layer uses a seed derived from (the layer's seed, k), so a
-// program is reproducible run to run. The layer's seed is explicit or drawn from
-// nn::next_seed() at construction.
+// Masks are seeded: call k of a layer on replica r uses a seed derived from (the layer's
+// seed, k, r), so a program is reproducible run to run. Each replica of a strategy counts
+// its own calls: a count shared by the replica threads would hand out call numbers in
+// whatever order the threads arrive, and the masks would change from run to run. The
+// layer's seed is explicit or drawn from nn::next_seed() at construction.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <unordered_map>
 
 #include <strata/train/nn/module.h>
 
@@ -24,7 +27,8 @@ class DropoutImpl : public Module {
  private:
   double rate_;
   uint64_t seed_;
-  std::atomic<uint64_t> calls_{0};
+  std::mutex mu_;
+  std::unordered_map<int, uint64_t> calls_;  // per replica id in sync (0 outside a strategy)
 };
 
 class Dropout : public ModuleHolder<DropoutImpl> {
