@@ -8,6 +8,8 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <cmath>
+#include <utility>
 #include <random>
 #include <vector>
 
@@ -17,6 +19,7 @@
 #include <strata/distribute/loss_scaling.h>
 #include <strata/distribute/make_strategy.h>
 #include <strata/distribute/strategy.h>
+#include <strata/train/loss_scale_optimizer.h>
 #include <strata/train/sgd.h>
 #include "tests/cuda_emulation/emulated_nccl.h"
 
@@ -94,6 +97,51 @@ std::vector<float> train_losses(Strategy& strategy, const Problem& p) {
           Tensor loss = compute_average_loss(per_example, kGlobalBatch);
           auto grads = tape.gradient(loss, vars);
           for (const Tensor& g : grads) STRATA_CHECK(g.defined(), "emulated NCCL test: a gradient is undefined");
+          opt.apply_gradients(grads, vars);
+          return loss;
+        },
+        xs, ys);
+    losses.push_back(strategy.reduce(ReduceOp::Sum, per_replica_loss).to(Device()).item<float>());
+  }
+  return losses;
+}
+
+// The same training in mixed precision (Keras's mixed_float16 / mixed_bfloat16): float32
+// variables, the forward and backward pass in `compute`, the loss in float32. float16
+// scales the loss through a dynamic LossScaleOptimizer (2^15, as Keras); bfloat16 has
+// float32's range and needs none. Returns each step's global loss.
+std::vector<float> train_losses_mixed(Strategy& strategy, const Problem& p, DType compute) {
+  std::vector<Variable> vars;
+  optim::Optimizer opt;
+  {
+    auto scope = strategy.scope();
+    vars = {Variable(initial(kFeatures, kHidden, 1)), Variable(initial(1, kHidden, 2)),
+            Variable(initial(kHidden, kOutputs, 3)), Variable(initial(1, kOutputs, 4))};
+    opt = optim::SGD(0.05, {.momentum = 0.9});
+    if (compute == kFloat16) opt = optim::LossScaleOptimizer(opt);
+  }
+  const auto scaling = optim::LossScaleOptimizer::of(opt);
+  const int64_t per_replica = kGlobalBatch / strategy.num_replicas_in_sync();
+  std::vector<float> losses;
+  for (int64_t s = 0; s < kSteps; ++s) {
+    auto slice = [&](const Tensor& global, const ValueContext& ctx) {
+      return global.slice(0, ctx.replica_id_in_sync_group * per_replica,
+                          (ctx.replica_id_in_sync_group + 1) * per_replica);
+    };
+    PerReplica<Tensor> xs = strategy.experimental_distribute_values_from_function(
+        [&](const ValueContext& ctx) { return slice(p.x[size_t(s)], ctx); });
+    PerReplica<Tensor> ys = strategy.experimental_distribute_values_from_function(
+        [&](const ValueContext& ctx) { return slice(p.y[size_t(s)], ctx); });
+    auto per_replica_loss = strategy.run(
+        [&](const Tensor& x, const Tensor& y) {
+          GradientTape tape;
+          auto w = [&](size_t i) { return cast(vars[i].read(), compute); };
+          Tensor h = relu(dense(cast(x, compute), w(0), w(1)));
+          Tensor pred = cast(dense(h, w(2), w(3)), kFloat32);
+          Tensor loss = compute_average_loss(mean(square(pred - y), std::vector<int64_t>{1}), kGlobalBatch);
+          std::vector<Tensor> grads = tape.gradient(scaling ? scaling->get_scaled_loss(loss) : loss, vars);
+          if (scaling) grads = scaling->get_unscaled_gradients(grads);
+          for (const Tensor& g : grads) STRATA_CHECK(g.defined() && g.dtype() == kFloat32, "mixed: bad gradient");
           opt.apply_gradients(grads, vars);
           return loss;
         },
@@ -194,4 +242,62 @@ TEST_CASE("emulated NCCL: a replica that throws mid-collective releases the othe
     return ctx->all_reduce(ReduceOp::Sum, v);
   });
   for (const Tensor& t : sums.values()) REQUIRE(t.to(Device()).to_vector<float>() == std::vector<float>{3, 3, 3});
+}
+
+TEST_CASE("emulated NCCL: mixed_float16 and mixed_bfloat16 on 2 GPUs train as on CPUs", "[nccl]") {
+  const Problem p = make_problem();
+  MirroredStrategy on_cpus(MirroredStrategy::cpu_devices(2));
+  const std::vector<float> reference = train_losses(on_cpus, p);  // float32 on CPUs
+  // float16 keeps ~3 decimal digits, bfloat16 ~2: the loss curves agree to that.
+  for (const auto& [compute, tolerance] : {std::pair{kFloat16, 2e-2}, std::pair{kBFloat16, 6e-2}}) {
+    INFO(dtype_name(compute));
+    const int64_t before = cuda_emulation::nccl_collectives();
+    MirroredStrategy on_gpus({cuda(0), cuda(1)});
+    const std::vector<float> gpu = train_losses_mixed(on_gpus, p, compute);
+    REQUIRE(cuda_emulation::nccl_collectives() - before >= 2 * kSteps);
+    MirroredStrategy cpus(MirroredStrategy::cpu_devices(2));
+    const std::vector<float> cpu = train_losses_mixed(cpus, p, compute);
+    for (int64_t s = 0; s < kSteps; ++s) {
+      INFO("step " << s << ": float32 " << reference[size_t(s)] << ", cpu " << cpu[size_t(s)] << ", gpu "
+                   << gpu[size_t(s)]);
+      REQUIRE(std::isfinite(gpu[size_t(s)]));
+      REQUIRE(gpu[size_t(s)] == Approx(cpu[size_t(s)]).epsilon(tolerance));
+      REQUIRE(gpu[size_t(s)] == Approx(reference[size_t(s)]).epsilon(tolerance));
+    }
+  }
+}
+
+TEST_CASE("emulated NCCL: one GPU's overflow skips the step on every GPU and halves every loss scale", "[nccl]") {
+  MirroredStrategy strategy({cuda(0), cuda(1)});
+  Variable w;
+  optim::Optimizer opt;
+  {
+    auto scope = strategy.scope();
+    w = Variable(full({4}, 1.0, kFloat32, Device()));
+    opt = optim::LossScaleOptimizer(optim::SGD(0.1), /*dynamic=*/true, /*initial_scale=*/1024.0);
+  }
+  const auto scaling = *optim::LossScaleOptimizer::of(opt);
+  auto step = [&](bool overflow_on_replica_1) {
+    strategy.run([&] {
+      ReplicaContext* ctx = get_replica_context();
+      GradientTape tape;
+      // float16 compute: 1e5 * 1024 overflows float16's 65504 on replica 1 only.
+      const double factor = overflow_on_replica_1 && ctx->replica_id_in_sync_group() == 1 ? 1e5 : 1.0;
+      Tensor loss = cast(sum(cast(w.read(), kFloat16) * factor), kFloat32);
+      auto grads = scaling.get_unscaled_gradients(tape.gradient(scaling.get_scaled_loss(loss), {w}));
+      opt.apply_gradients(grads, {w});
+    });
+  };
+  step(true);
+  // Skipped everywhere: the weights are untouched on both GPUs, and both scales halved.
+  for (const Tensor& c : strategy.experimental_local_results(w))
+    REQUIRE(c.to(Device()).to_vector<float>() == std::vector<float>{1, 1, 1, 1});
+  for (const Tensor& c : strategy.experimental_local_results(scaling.loss_scale_variable()))
+    REQUIRE(c.to(Device()).item<float>() == 512.0f);
+  step(false);
+  // Applied everywhere: w - 0.1 * (sum of 2 replicas' gradient 1) = 0.8.
+  for (const Tensor& c : strategy.experimental_local_results(w)) {
+    REQUIRE(c.device().is_cuda());
+    for (float v : c.to(Device()).to_vector<float>()) REQUIRE(v == Approx(0.8f));
+  }
 }
