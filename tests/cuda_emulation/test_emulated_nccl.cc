@@ -66,8 +66,12 @@ Tensor dense(const Tensor& x, const Tensor& w, const Tensor& b) {
   return sum(reshape(x, {n, in, 1}) * reshape(w, {1, in, out}), std::vector<int64_t>{1}) + b;
 }
 
-// Trains kSteps SGD steps under `strategy`; returns the global loss of every step.
-std::vector<float> train_losses(Strategy& strategy, const Problem& p) {
+// Trains kSteps SGD steps under `strategy`; returns the global loss of every step. With
+// a 16-bit `compute` dtype it is Keras's mixed precision (mixed_float16 /
+// mixed_bfloat16): float32 variables, the forward and backward pass in `compute`, the
+// loss in float32; float16 scales the loss through a dynamic LossScaleOptimizer (2^15, as
+// Keras), bfloat16 has float32's range and needs none.
+std::vector<float> train_losses(Strategy& strategy, const Problem& p, DType compute = kFloat32) {
   std::vector<Variable> vars;
   optim::Optimizer opt;
   {
@@ -75,7 +79,10 @@ std::vector<float> train_losses(Strategy& strategy, const Problem& p) {
     vars = {Variable(initial(kFeatures, kHidden, 1)), Variable(initial(1, kHidden, 2)),
             Variable(initial(kHidden, kOutputs, 3)), Variable(initial(1, kOutputs, 4))};
     opt = optim::SGD(0.05, {.momentum = 0.9});
+    if (compute == kFloat16) opt = optim::LossScaleOptimizer(opt);
   }
+  const auto scaling = optim::LossScaleOptimizer::of(opt);
+  auto in_compute = [&](const Tensor& t) { return t.dtype() == compute ? t : cast(t, compute); };
   const int n = strategy.num_replicas_in_sync();
   const int64_t per_replica = kGlobalBatch / n;
   std::vector<float> losses;
@@ -91,57 +98,17 @@ std::vector<float> train_losses(Strategy& strategy, const Problem& p) {
     auto per_replica_loss = strategy.run(
         [&](const Tensor& x, const Tensor& y) {
           GradientTape tape;
-          Tensor h = relu(dense(x, vars[0].read(), vars[1].read()));
-          Tensor pred = dense(h, vars[2].read(), vars[3].read());
+          auto w = [&](size_t i) { return in_compute(vars[i].read()); };
+          Tensor h = relu(dense(in_compute(x), w(0), w(1)));
+          Tensor pred = dense(h, w(2), w(3));
+          if (pred.dtype() != kFloat32) pred = cast(pred, kFloat32);
           Tensor per_example = mean(square(pred - y), std::vector<int64_t>{1});
           Tensor loss = compute_average_loss(per_example, kGlobalBatch);
-          auto grads = tape.gradient(loss, vars);
-          for (const Tensor& g : grads) STRATA_CHECK(g.defined(), "emulated NCCL test: a gradient is undefined");
-          opt.apply_gradients(grads, vars);
-          return loss;
-        },
-        xs, ys);
-    losses.push_back(strategy.reduce(ReduceOp::Sum, per_replica_loss).to(Device()).item<float>());
-  }
-  return losses;
-}
-
-// The same training in mixed precision (Keras's mixed_float16 / mixed_bfloat16): float32
-// variables, the forward and backward pass in `compute`, the loss in float32. float16
-// scales the loss through a dynamic LossScaleOptimizer (2^15, as Keras); bfloat16 has
-// float32's range and needs none. Returns each step's global loss.
-std::vector<float> train_losses_mixed(Strategy& strategy, const Problem& p, DType compute) {
-  std::vector<Variable> vars;
-  optim::Optimizer opt;
-  {
-    auto scope = strategy.scope();
-    vars = {Variable(initial(kFeatures, kHidden, 1)), Variable(initial(1, kHidden, 2)),
-            Variable(initial(kHidden, kOutputs, 3)), Variable(initial(1, kOutputs, 4))};
-    opt = optim::SGD(0.05, {.momentum = 0.9});
-    if (compute == kFloat16) opt = optim::LossScaleOptimizer(opt);
-  }
-  const auto scaling = optim::LossScaleOptimizer::of(opt);
-  const int64_t per_replica = kGlobalBatch / strategy.num_replicas_in_sync();
-  std::vector<float> losses;
-  for (int64_t s = 0; s < kSteps; ++s) {
-    auto slice = [&](const Tensor& global, const ValueContext& ctx) {
-      return global.slice(0, ctx.replica_id_in_sync_group * per_replica,
-                          (ctx.replica_id_in_sync_group + 1) * per_replica);
-    };
-    PerReplica<Tensor> xs = strategy.experimental_distribute_values_from_function(
-        [&](const ValueContext& ctx) { return slice(p.x[size_t(s)], ctx); });
-    PerReplica<Tensor> ys = strategy.experimental_distribute_values_from_function(
-        [&](const ValueContext& ctx) { return slice(p.y[size_t(s)], ctx); });
-    auto per_replica_loss = strategy.run(
-        [&](const Tensor& x, const Tensor& y) {
-          GradientTape tape;
-          auto w = [&](size_t i) { return cast(vars[i].read(), compute); };
-          Tensor h = relu(dense(cast(x, compute), w(0), w(1)));
-          Tensor pred = cast(dense(h, w(2), w(3)), kFloat32);
-          Tensor loss = compute_average_loss(mean(square(pred - y), std::vector<int64_t>{1}), kGlobalBatch);
           std::vector<Tensor> grads = tape.gradient(scaling ? scaling->get_scaled_loss(loss) : loss, vars);
           if (scaling) grads = scaling->get_unscaled_gradients(grads);
-          for (const Tensor& g : grads) STRATA_CHECK(g.defined() && g.dtype() == kFloat32, "mixed: bad gradient");
+          for (const Tensor& g : grads)
+            STRATA_CHECK(g.defined() && g.dtype() == kFloat32, "emulated NCCL test: a gradient is undefined or not "
+                         "float32");
           opt.apply_gradients(grads, vars);
           return loss;
         },
@@ -253,10 +220,10 @@ TEST_CASE("emulated NCCL: mixed_float16 and mixed_bfloat16 on 2 GPUs train as on
     INFO(dtype_name(compute));
     const int64_t before = cuda_emulation::nccl_collectives();
     MirroredStrategy on_gpus({cuda(0), cuda(1)});
-    const std::vector<float> gpu = train_losses_mixed(on_gpus, p, compute);
+    const std::vector<float> gpu = train_losses(on_gpus, p, compute);
     REQUIRE(cuda_emulation::nccl_collectives() - before >= 2 * kSteps);
     MirroredStrategy cpus(MirroredStrategy::cpu_devices(2));
-    const std::vector<float> cpu = train_losses_mixed(cpus, p, compute);
+    const std::vector<float> cpu = train_losses(cpus, p, compute);
     for (int64_t s = 0; s < kSteps; ++s) {
       INFO("step " << s << ": float32 " << reference[size_t(s)] << ", cpu " << cpu[size_t(s)] << ", gpu "
                    << gpu[size_t(s)]);
