@@ -4,13 +4,22 @@
 // process groups), a 2-rank group whose second rank never joins (the bounded
 // initialisation must abort and name it), Mirrored over 2 logical GPUs of cuda:0 and
 // OneDevice(cuda:0) against the CPU run of the same training. With two or more GPUs,
-// Mirrored over distinct GPUs runs NCCL between ranks, and a failing replica must release
-// the other.
+// Mirrored over distinct GPUs runs NCCL between ranks, a failing replica must release
+// the other, and a killed worker process (strata-train --strategy multi_worker over NCCL)
+// must make the other fail within its timeout, naming the lost rank.
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
 #include <random>
 #include <vector>
 
@@ -19,6 +28,7 @@
 #include <strata/core/stream.h>
 #include <strata/distribute/collective/nccl_communicator.h>
 #include <strata/distribute/collective/tcp_store.h>
+#include <strata/distribute/job_secret.h>
 #include <strata/distribute/loss_scaling.h>
 #include <strata/distribute/strategy.h>
 #include <strata/train/losses.h>
@@ -26,6 +36,7 @@
 #include <strata/train/nn/dense.h>
 #include <strata/train/nn/sequential.h>
 #include <strata/train/sgd.h>
+#include "tests/distribute/child_process.h"
 
 using namespace strata;
 using namespace strata::distribute;
@@ -193,6 +204,50 @@ TEST_CASE("nccl: Mirrored over distinct GPUs (needs 2)", "[nccl]") {
     return ctx->all_reduce(ReduceOp::Sum, ones({8}, kFloat32, ctx->device()));
   });
   for (const Tensor& t : sums.values()) REQUIRE(host(t) == std::vector<double>(8, 2.0));
+}
+
+TEST_CASE("nccl: a worker killed mid-training makes the other fail within the timeout, naming it (needs 2)",
+          "[nccl]") {
+  if (MirroredStrategy::visible_gpus() < 2) {
+    WARN("one GPU: NCCL between worker processes needs two (NCCL refuses two ranks on one GPU)");
+    return;
+  }
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("strata_cuda_nccl_kill_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  const int p0 = find_free_port(), p1 = find_free_port();
+  const std::string secret = JobSecret::generate().text();
+  std::vector<std::unique_ptr<strata::testing::ChildProcess>> workers;
+  for (int w = 0; w < 2; ++w) {
+    const std::string tf_config = R"({"cluster": {"worker": ["127.0.0.1:)" + std::to_string(p0) +
+                                  R"(", "127.0.0.1:)" + std::to_string(p1) +
+                                  R"("]}, "task": {"type": "worker", "index": )" + std::to_string(w) + "}}";
+    // Each worker sees its own GPU as cuda:0; NCCL joins the two processes.
+    workers.push_back(std::make_unique<strata::testing::ChildProcess>(
+        std::vector<std::string>{STRATA_TRAIN_BIN, "--strategy", "multi_worker", "--communication", "nccl",
+                                 "--devices", "cuda:0", "--model", "mlp", "--data", "synthetic", "--steps", "1000000",
+                                 "--steps-per-loop", "10", "--collective-timeout", "5", "--collective-hard-timeout",
+                                 "20", "--quiet", "--model-dir", (dir / "model").string()},
+        std::map<std::string, std::string>{{"TF_CONFIG", tf_config},
+                                           {"CUDA_VISIBLE_DEVICES", std::to_string(w)},
+                                           {kJobSecretEnv, secret}}));
+  }
+  // Training has begun once the chief wrote its first checkpoint (bounded wait).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  std::error_code ec;
+  while (std::chrono::steady_clock::now() < deadline &&
+         !(fs::exists(dir / "model" / "checkpoints", ec) && !fs::is_empty(dir / "model" / "checkpoints", ec)))
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  REQUIRE(fs::exists(dir / "model" / "checkpoints"));
+  ::kill(workers[1]->pid(), SIGKILL);
+  const auto survivor = workers[0]->wait(60);
+  workers[1]->wait(10);
+  INFO(survivor.output);
+  CHECK_FALSE(survivor.timed_out);  // released by the watchdog, not hung in a kernel
+  CHECK(survivor.exit_code != 0);
+  CHECK_THAT(survivor.output, Catch::Contains("nccl") && Catch::Contains("rank 0 of 2") &&
+                                  (Catch::Contains("rank(s) 1 gone") || Catch::Contains("NCCL reported an error")));
+  fs::remove_all(dir);
 }
 
 int main(int argc, char** argv) {
