@@ -50,6 +50,17 @@ Tensor row_view(const Tensor& t, int64_t i) {
                          std::move(strides), t.dtype());
 }
 
+Element row_element(const std::vector<Tensor>& components, int64_t i) {
+  Element e;
+  e.reserve(components.size());
+  for (const auto& c : components) e.push_back(row_view(c, i));
+  return e;
+}
+
+int64_t IteratorBase::next_row() {
+  fail("Dataset: internal error: next_row() on an iterator without rows (Note [row mode])");
+}
+
 uint64_t mix_keys(uint64_t a, uint64_t b) {
   uint64_t z = a * 0x9E3779B97F4A7C15ULL + b + 0x632BE59BD9B4E019ULL;
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
@@ -71,9 +82,13 @@ void restore_words(IteratorBase& it, const std::vector<int64_t>& words, const ch
                words.size() - r.position(), " unread words");
 }
 
+bool drop_element(IteratorBase& it) {
+  return it.rows() != nullptr ? it.next_row() != kNoRow : it.next().has_value();
+}
+
 void skip_elements(IteratorBase& it, int64_t n, const char* stage) {
   for (int64_t i = 0; i < n; ++i) {
-    STRATA_CHECK(it.next().has_value(), "Iterator::restore: ", stage, ": the input ended after ",
+    STRATA_CHECK(drop_element(it), "Iterator::restore: ", stage, ": the input ended after ",
                  i, " of the ", n, " elements the saved state says were consumed; the state ",
                  "belongs to a different input");
   }

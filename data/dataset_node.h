@@ -22,6 +22,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <strata/core/error.h>
@@ -30,11 +31,25 @@
 
 namespace strata::data::detail {
 
+// Note [row mode]: the elements of a from_tensor_slices source are rows of fixed host
+// tensors, and stages that only select, reorder or repeat elements (shuffle, repeat, take,
+// skip, shard) keep that true. Such an iterator returns those tensors from rows(), and
+// next_row() advances it exactly as next() would but returns only the row index. batch
+// gathers rows straight from the tensors with them, and shuffle buffers row indices
+// instead of elements, so no per-element Tensor views are built on that path. Elements,
+// order, and saved states are the same in both modes; next() and next_row() may be mixed.
+inline constexpr int64_t kNoRow = -1;  // next_row() at the end
+
 class IteratorBase {
  public:
   virtual ~IteratorBase() = default;
   // The next element or nullopt at the end; may throw (the consumer rethrows).
   virtual std::optional<Element> next() = 0;
+  // The tensors whose rows this iterator yields (Note [row mode]), the same for its whole
+  // life, or null when its elements are not such rows.
+  virtual const std::vector<Tensor>* rows() const { return nullptr; }
+  // The row index of the next element, or kNoRow at the end. Only when rows() is non-null.
+  virtual int64_t next_row();
   // Appends this stage's record (and its inputs' records) to w.
   virtual void save(StateWriter& w) const = 0;
   // Reads this stage's record. Called only on a freshly made iterator, before next().
@@ -85,6 +100,30 @@ std::string str_of(Args&&... args) {
 
 // Row i of t along axis 0 as a view sharing t's storage (no copy, one TensorImpl).
 Tensor row_view(const Tensor& t, int64_t i);
+// The element made of row i of each component (views), as from_tensor_slices yields it.
+Element row_element(const std::vector<Tensor>& components, int64_t i);
+
+// One body for a stage's next() and next_row() (Note [row mode]): a stage writes
+// `template <typename Pull> auto advance(Pull pull)` that takes items from its input with
+// pull(*input_), tests them with has_item() and ends with end_item<Item>().
+struct PullElement {
+  using Item = std::optional<Element>;
+  Item operator()(IteratorBase& it) const { return it.next(); }
+};
+struct PullRow {
+  using Item = int64_t;
+  Item operator()(IteratorBase& it) const { return it.next_row(); }
+};
+inline bool has_item(const std::optional<Element>& e) { return e.has_value(); }
+inline bool has_item(int64_t row) { return row != kNoRow; }
+template <typename Item>
+Item end_item() {
+  if constexpr (std::is_same_v<Item, int64_t>) {
+    return kNoRow;
+  } else {
+    return std::nullopt;
+  }
+}
 
 // Mixes two 64-bit values into a well-spread key (splitmix64 finaliser).
 uint64_t mix_keys(uint64_t a, uint64_t b);
@@ -93,8 +132,10 @@ uint64_t mix_keys(uint64_t a, uint64_t b);
 std::vector<int64_t> save_words(const IteratorBase& it);
 // Restores a freshly made iterator from standalone words; all must be consumed.
 void restore_words(IteratorBase& it, const std::vector<int64_t>& words, const char* stage);
-// Pulls and drops n elements; throws naming `stage` when the input ends first (the state
-// does not belong to this input).
+// Pulls and drops one element (only its row index in row mode); false at the end.
+bool drop_element(IteratorBase& it);
+// Pulls and drops n elements (as row indices in row mode); throws naming `stage` when the
+// input ends first (the state does not belong to this input).
 void skip_elements(IteratorBase& it, int64_t n, const char* stage);
 
 // When a background stage should snapshot its input's state (Note [anchors]): always

@@ -8,6 +8,9 @@
 // (Note [anchors] in data/dataset_node.h); restore replays the input from there and keeps
 // the elements that were buffered. Anchors are taken every buffer_size/4 input elements,
 // so the replay is bounded by the age of the oldest buffered element, not by the epoch.
+//
+// Over an input in row mode (Note [row mode] in data/dataset_node.h) the buffer holds row
+// indices instead of elements, and the iterator stays in row mode itself.
 #include <algorithm>
 #include <deque>
 #include <unordered_map>
@@ -52,20 +55,19 @@ class ShuffleIterator final : public IteratorBase {
       : capacity_(node.buffer_size_),
         seed_(detail::mix_keys(node.seed_, node.reshuffle_ ? key : 0)),
         anchor_interval_(std::max<int64_t>(1, node.buffer_size_ / 4)),
-        input_(node.input()->make_iterator(key)) {}
+        input_(node.input()->make_iterator(key)),
+        rows_(input_->rows()) {}
 
   std::optional<Element> next() override {
-    while (!exhausted_ && int64_t(buffer_.size()) < capacity_) pull();
-    if (buffer_.empty()) return std::nullopt;
-    // Uniform index from a 64-bit hash (multiply-shift; bias below 2^-40 here).
-    const uint64_t r = detail::mix_keys(seed_, uint64_t(emitted_++));
-    const size_t j = size_t((static_cast<unsigned __int128>(r) * buffer_.size()) >> 64);
-    Element out = std::move(buffer_[j]);
-    buffer_[j] = std::move(buffer_.back());
-    origin_[j] = origin_.back();
-    buffer_.pop_back();
-    origin_.pop_back();
-    return out;
+    if (!rows_) return draw(buffer_, detail::PullElement{});
+    const int64_t row = draw(row_buffer_, detail::PullRow{});
+    if (row == detail::kNoRow) return std::nullopt;
+    return detail::row_element(*rows_, row);
+  }
+  const std::vector<Tensor>* rows() const override { return rows_; }
+  int64_t next_row() override {
+    if (!rows_) return IteratorBase::next_row();  // fails: not in row mode
+    return draw(row_buffer_, detail::PullRow{});
   }
 
   void save(StateWriter& w) const override {
@@ -109,19 +111,13 @@ class ShuffleIterator final : public IteratorBase {
     const int64_t anchor = r.get_in("shuffle anchor position", 0, oldest);
     input_->restore(r);
 
-    // Replay the input from the anchor, keeping the elements that were buffered.
-    buffer_.assign(size_t(n), Element{});
     origin_ = origin;
     anchors_.clear();
     anchors_.push_back({anchor, detail::save_words(*input_)});
-    for (int64_t p = anchor; p < pulled; ++p) {
-      if (p != anchor && p % anchor_interval_ == 0) anchors_.push_back({p, detail::save_words(*input_)});
-      auto e = input_->next();
-      STRATA_CHECK(e.has_value(), "Iterator::restore: shuffle: the input ended at position ", p,
-                   " but the saved state read ", pulled, " elements; the state belongs to a ",
-                   "different input");
-      auto it = slot_of.find(p);
-      if (it != slot_of.end()) buffer_[it->second] = std::move(*e);
+    if (rows_) {
+      replay(row_buffer_, detail::PullRow{}, slot_of, anchor, pulled);
+    } else {
+      replay(buffer_, detail::PullElement{}, slot_of, anchor, pulled);
     }
     pulled_ = pulled;
     emitted_ = emitted;
@@ -135,18 +131,56 @@ class ShuffleIterator final : public IteratorBase {
     std::vector<int64_t> state;  // the input's saved state at that point
   };
 
-  void pull() {
+  // The next output: a uniformly chosen buffered item (elements, or rows in row mode),
+  // after topping the buffer up from the input.
+  template <typename T, typename Pull>
+  typename Pull::Item draw(std::vector<T>& buffer, Pull pull) {
+    while (!exhausted_ && int64_t(buffer.size()) < capacity_) fill(buffer, pull);
+    if (buffer.empty()) return detail::end_item<typename Pull::Item>();
+    // Uniform index from a 64-bit hash (multiply-shift; bias below 2^-40 here).
+    const uint64_t r = detail::mix_keys(seed_, uint64_t(emitted_++));
+    const size_t j = size_t((static_cast<unsigned __int128>(r) * buffer.size()) >> 64);
+    T out = std::move(buffer[j]);
+    buffer[j] = std::move(buffer.back());
+    origin_[j] = origin_.back();
+    buffer.pop_back();
+    origin_.pop_back();
+    return out;
+  }
+
+  // The buffered form of a pulled item.
+  static Element&& stored(std::optional<Element>& e) { return std::move(*e); }
+  static int64_t stored(int64_t row) { return row; }
+
+  template <typename T, typename Pull>
+  void fill(std::vector<T>& buffer, Pull pull) {
     if (pulled_ % anchor_interval_ == 0 || anchors_.empty()) {
       prune_anchors();
       anchors_.push_back({pulled_, detail::save_words(*input_)});
     }
-    auto e = input_->next();
-    if (!e) {
+    auto item = pull(*input_);
+    if (!detail::has_item(item)) {
       exhausted_ = true;
       return;
     }
-    buffer_.push_back(std::move(*e));
+    buffer.push_back(stored(item));
     origin_.push_back(pulled_++);
+  }
+
+  // Restore: replays the input from `anchor` to `pulled`, keeping the buffered items.
+  template <typename T, typename Pull>
+  void replay(std::vector<T>& buffer, Pull pull,
+              const std::unordered_map<int64_t, size_t>& slot_of, int64_t anchor, int64_t pulled) {
+    buffer.assign(slot_of.size(), T{});
+    for (int64_t p = anchor; p < pulled; ++p) {
+      if (p != anchor && p % anchor_interval_ == 0) anchors_.push_back({p, detail::save_words(*input_)});
+      auto item = pull(*input_);
+      STRATA_CHECK(detail::has_item(item), "Iterator::restore: shuffle: the input ended at position ",
+                   p, " but the saved state read ", pulled, " elements; the state belongs to a ",
+                   "different input");
+      auto it = slot_of.find(p);
+      if (it != slot_of.end()) buffer[it->second] = stored(item);
+    }
   }
 
   // Drops anchors older than the newest one at or before the oldest buffered element.
@@ -160,7 +194,9 @@ class ShuffleIterator final : public IteratorBase {
   const uint64_t seed_;
   const int64_t anchor_interval_;
   std::unique_ptr<IteratorBase> input_;
+  const std::vector<Tensor>* const rows_;  // non-null: row mode, row_buffer_ is used
   std::vector<Element> buffer_;
+  std::vector<int64_t> row_buffer_;
   std::vector<int64_t> origin_;  // input position of each buffered element
   std::deque<Anchor> anchors_;
   int64_t pulled_ = 0;

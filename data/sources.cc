@@ -24,13 +24,7 @@ class TensorSlicesNode final : public detail::DatasetNode,
 
   int64_t size() const { return components_[0].dim(0); }
 
-  // Element i: a view of row i of every component (no copy).
-  Element slice(int64_t i) const {
-    Element e;
-    e.reserve(components_.size());
-    for (const auto& c : components_) e.push_back(detail::row_view(c, i));
-    return e;
-  }
+  const std::vector<Tensor>& components() const { return components_; }
 
   std::unique_ptr<IteratorBase> make_iterator(uint64_t) const override;
   int64_t cardinality() const override { return size(); }
@@ -52,10 +46,13 @@ class TensorSlicesIterator final : public IteratorBase {
  public:
   explicit TensorSlicesIterator(std::shared_ptr<const TensorSlicesNode> node)
       : node_(std::move(node)) {}
+  // Element i: a view of row i of every component (no copy).
   std::optional<Element> next() override {
     if (index_ >= node_->size()) return std::nullopt;
-    return node_->slice(index_++);
+    return detail::row_element(node_->components(), index_++);
   }
+  const std::vector<Tensor>* rows() const override { return &node_->components(); }
+  int64_t next_row() override { return index_ < node_->size() ? index_++ : detail::kNoRow; }
   void save(StateWriter& w) const override {
     w.stage(StageTag::TensorSlices);
     w.put(index_);

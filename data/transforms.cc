@@ -1,5 +1,6 @@
 // Element-wise and counting stages: filter, batch, unbatch, repeat, take, skip, shard,
 // enumerate. (map: data/map.cc; shuffle, cache, prefetch: their own files.)
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
@@ -107,6 +108,40 @@ std::optional<Tensor> stack_contiguous(const std::vector<Tensor>& column) {
   return out;
 }
 
+// Rows `rows` of `source` stacked along a new leading axis: what stacking row_view(source, r)
+// for each r would give, gathered straight from the source (Note [row mode]) with one
+// memcpy per row when a row is contiguous in memory, through strata::stack otherwise.
+Tensor gather_rows(const Tensor& source, const std::vector<int64_t>& rows) {
+  if (!detail::row_view(source, rows[0]).is_contiguous()) {
+    std::vector<Tensor> views;
+    views.reserve(rows.size());
+    for (int64_t r : rows) views.push_back(detail::row_view(source, r));
+    return stack(views, 0);
+  }
+  Shape shape = source.shape();
+  shape[0] = int64_t(rows.size());
+  Tensor out = Tensor::empty(shape, source.dtype(), source.device());
+  const size_t row_bytes = size_t(numel_of(Shape(shape.begin() + 1, shape.end()))) * source.itemsize();
+  if (row_bytes == 0) return out;
+  const auto* base = static_cast<const uint8_t*>(source.raw_data());
+  const auto row_stride = static_cast<ptrdiff_t>(source.strides()[0] * int64_t(source.itemsize()));
+  auto* dst = static_cast<uint8_t*>(out.raw_data());
+  // Shuffled rows are scattered over the source: the next row's first cache lines (up to
+  // 4 KiB, an MNIST image is 3136 bytes) are requested while this row is copied, so each
+  // row does not start with a wait on memory (a standalone gather of MNIST rows in this
+  // order took 5-15% less thread CPU time with it, four runs of 61 repetitions).
+  const size_t ahead = row_bytes >= 256 ? std::min<size_t>(row_bytes, 4096) : 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (ahead && i + 1 < rows.size()) {
+      const uint8_t* next = base + rows[i + 1] * row_stride;
+      for (size_t o = 0; o < ahead; o += 64) __builtin_prefetch(next + o);
+    }
+    std::memcpy(dst, base + rows[i] * row_stride, row_bytes);
+    dst += row_bytes;
+  }
+  return out;
+}
+
 // Stacks the components of `elements` along a new leading axis.
 Element stack_elements(const std::vector<Element>& elements) {
   const Element& first = elements[0];
@@ -136,9 +171,10 @@ Element stack_elements(const std::vector<Element>& elements) {
 class BatchIterator final : public IteratorBase {
  public:
   BatchIterator(const BatchNode& node, uint64_t key)
-      : node_(node), input_(node.input()->make_iterator(key)) {}
+      : node_(node), input_(node.input()->make_iterator(key)), rows_(input_->rows()) {}
   std::optional<Element> next() override {
     if (done_) return std::nullopt;
+    if (rows_) return next_gathered();
     std::vector<Element> elements;
     elements.reserve(size_t(node_.batch_size_));
     while (int64_t(elements.size()) < node_.batch_size_) {
@@ -165,8 +201,29 @@ class BatchIterator final : public IteratorBase {
   }
 
  private:
+  // Row mode: the batch's row indices first, then each component gathered in one go.
+  std::optional<Element> next_gathered() {
+    indices_.clear();
+    while (int64_t(indices_.size()) < node_.batch_size_) {
+      const int64_t row = input_->next_row();
+      if (row == detail::kNoRow) {
+        done_ = true;
+        break;
+      }
+      indices_.push_back(row);
+    }
+    if (indices_.empty()) return std::nullopt;
+    if (int64_t(indices_.size()) < node_.batch_size_ && node_.drop_remainder_) return std::nullopt;
+    Element out;
+    out.reserve(rows_->size());
+    for (const Tensor& component : *rows_) out.push_back(gather_rows(component, indices_));
+    return out;
+  }
+
   const BatchNode& node_;
   std::unique_ptr<IteratorBase> input_;
+  const std::vector<Tensor>* rows_;  // non-null: the input is in row mode
+  std::vector<int64_t> indices_;     // row mode: the rows of the batch being built
   bool done_ = false;
 };
 
@@ -282,25 +339,15 @@ class RepeatNode final : public UnaryNode {
 class RepeatIterator final : public IteratorBase {
  public:
   RepeatIterator(const RepeatNode& node, uint64_t key) : node_(node), key_(key) {
-    if (node_.count_ != 0) input_ = node_.input()->make_iterator(detail::mix_keys(key_, 0));
-  }
-  std::optional<Element> next() override {
-    while (input_) {
-      if (auto e = input_->next()) {
-        ++in_epoch_;
-        return e;
-      }
-      ++epoch_;
-      // An epoch without elements would make repeat() spin forever: end instead.
-      if (in_epoch_ == 0 || (node_.count_ >= 0 && epoch_ >= node_.count_)) {
-        input_.reset();
-        break;
-      }
-      in_epoch_ = 0;
-      input_ = node_.input()->make_iterator(detail::mix_keys(key_, uint64_t(epoch_)));
+    if (node_.count_ != 0) {
+      input_ = node_.input()->make_iterator(detail::mix_keys(key_, 0));
+      rows_ = input_->rows();
     }
-    return std::nullopt;
   }
+  std::optional<Element> next() override { return advance(detail::PullElement{}); }
+  // Every epoch's iterator comes from the same input stage, so it slices the same tensors.
+  const std::vector<Tensor>* rows() const override { return rows_; }
+  int64_t next_row() override { return advance(detail::PullRow{}); }
   void save(StateWriter& w) const override {
     w.stage(StageTag::Repeat);
     w.put(epoch_);
@@ -321,9 +368,32 @@ class RepeatIterator final : public IteratorBase {
   }
 
  private:
+  template <typename Pull>
+  typename Pull::Item advance(Pull pull) {
+    while (input_) {
+      auto item = pull(*input_);
+      if (detail::has_item(item)) {
+        ++in_epoch_;
+        return item;
+      }
+      ++epoch_;
+      // An epoch without elements would make repeat() spin forever: end instead.
+      if (in_epoch_ == 0 || (node_.count_ >= 0 && epoch_ >= node_.count_)) {
+        input_.reset();
+        break;
+      }
+      in_epoch_ = 0;
+      input_ = node_.input()->make_iterator(detail::mix_keys(key_, uint64_t(epoch_)));
+      STRATA_CHECK(input_->rows() == rows_, "repeat: internal error: epoch ", epoch_,
+                   " of the input changed its row mode (Note [row mode])");
+    }
+    return detail::end_item<typename Pull::Item>();
+  }
+
   const RepeatNode& node_;
   uint64_t key_;
   std::unique_ptr<IteratorBase> input_;  // null once finished
+  const std::vector<Tensor>* rows_ = nullptr;
   int64_t epoch_ = 0;
   int64_t in_epoch_ = 0;
 };
@@ -356,12 +426,9 @@ class TakeIterator final : public IteratorBase {
  public:
   TakeIterator(const TakeNode& node, uint64_t key)
       : limit_(node.count_ < 0 ? kMaxCount : node.count_), input_(node.input()->make_iterator(key)) {}
-  std::optional<Element> next() override {
-    if (taken_ >= limit_) return std::nullopt;
-    auto e = input_->next();
-    if (e) ++taken_;
-    return e;
-  }
+  std::optional<Element> next() override { return advance(detail::PullElement{}); }
+  const std::vector<Tensor>* rows() const override { return input_->rows(); }
+  int64_t next_row() override { return advance(detail::PullRow{}); }
   void save(StateWriter& w) const override {
     w.stage(StageTag::Take);
     w.put(taken_);
@@ -374,6 +441,14 @@ class TakeIterator final : public IteratorBase {
   }
 
  private:
+  template <typename Pull>
+  typename Pull::Item advance(Pull pull) {
+    if (taken_ >= limit_) return detail::end_item<typename Pull::Item>();
+    auto item = pull(*input_);
+    if (detail::has_item(item)) ++taken_;
+    return item;
+  }
+
   int64_t limit_;
   std::unique_ptr<IteratorBase> input_;
   int64_t taken_ = 0;
@@ -403,19 +478,9 @@ class SkipIterator final : public IteratorBase {
  public:
   SkipIterator(const SkipNode& node, uint64_t key)
       : to_skip_(node.count_ < 0 ? kMaxCount : node.count_), input_(node.input()->make_iterator(key)) {}
-  std::optional<Element> next() override {
-    // Skipping happens lazily so that creating an iterator does no work.
-    while (to_skip_ > 0) {
-      if (!input_->next()) {
-        to_skip_ = 0;
-        done_ = true;
-      } else {
-        --to_skip_;
-      }
-    }
-    if (done_) return std::nullopt;
-    return input_->next();
-  }
+  std::optional<Element> next() override { return advance(detail::PullElement{}); }
+  const std::vector<Tensor>* rows() const override { return input_->rows(); }
+  int64_t next_row() override { return advance(detail::PullRow{}); }
   void save(StateWriter& w) const override {
     w.stage(StageTag::Skip);
     w.put(to_skip_);
@@ -430,6 +495,21 @@ class SkipIterator final : public IteratorBase {
   }
 
  private:
+  template <typename Pull>
+  typename Pull::Item advance(Pull pull) {
+    // Skipping happens lazily so that creating an iterator does no work.
+    while (to_skip_ > 0) {
+      if (!detail::drop_element(*input_)) {
+        to_skip_ = 0;
+        done_ = true;
+      } else {
+        --to_skip_;
+      }
+    }
+    if (done_) return detail::end_item<typename Pull::Item>();
+    return pull(*input_);
+  }
+
   int64_t to_skip_;
   std::unique_ptr<IteratorBase> input_;
   bool done_ = false;
@@ -462,24 +542,9 @@ class ShardIterator final : public IteratorBase {
  public:
   ShardIterator(const ShardNode& node, uint64_t key)
       : node_(node), input_(node.input()->make_iterator(key)), pending_(node.index_) {}
-  std::optional<Element> next() override {
-    if (done_) return std::nullopt;
-    // Drop the elements that belong to the other shards, lazily.
-    while (pending_ > 0) {
-      if (!input_->next()) {
-        done_ = true;
-        return std::nullopt;
-      }
-      --pending_;
-    }
-    auto e = input_->next();
-    if (!e) {
-      done_ = true;
-      return std::nullopt;
-    }
-    pending_ = node_.num_shards_ - 1;
-    return e;
-  }
+  std::optional<Element> next() override { return advance(detail::PullElement{}); }
+  const std::vector<Tensor>* rows() const override { return input_->rows(); }
+  int64_t next_row() override { return advance(detail::PullRow{}); }
   void save(StateWriter& w) const override {
     w.stage(StageTag::Shard);
     w.put(pending_);
@@ -494,6 +559,27 @@ class ShardIterator final : public IteratorBase {
   }
 
  private:
+  template <typename Pull>
+  typename Pull::Item advance(Pull pull) {
+    using Item = typename Pull::Item;
+    if (done_) return detail::end_item<Item>();
+    // Drop the elements that belong to the other shards, lazily.
+    while (pending_ > 0) {
+      if (!detail::drop_element(*input_)) {
+        done_ = true;
+        return detail::end_item<Item>();
+      }
+      --pending_;
+    }
+    auto item = pull(*input_);
+    if (!detail::has_item(item)) {
+      done_ = true;
+      return detail::end_item<Item>();
+    }
+    pending_ = node_.num_shards_ - 1;
+    return item;
+  }
+
   const ShardNode& node_;
   std::unique_ptr<IteratorBase> input_;
   int64_t pending_;
