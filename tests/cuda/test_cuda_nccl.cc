@@ -85,7 +85,8 @@ void check_one_rank(Communicator& comm, Device gpu) {
   comm.all_reduce(flags, ReduceOp::Max);
   REQUIRE(host(flags) == std::vector<double>{1, 1, 1});
   REQUIRE_THROWS_WITH(comm.all_reduce(flags, ReduceOp::Sum), Catch::Contains("bool"));
-  Tensor on_host = ones({2});
+  // Explicitly on the CPU: the DeviceGuard above makes cuda:0 the default device.
+  Tensor on_host = ones({2}, kFloat32, cpu());
   REQUIRE_THROWS_WITH(comm.all_reduce(on_host, ReduceOp::Sum),
                       Catch::Contains("is on cpu:0") && Catch::Contains("rank 0"));
   comm.barrier();
