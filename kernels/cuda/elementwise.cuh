@@ -77,6 +77,31 @@ __global__ void unary_kernel(Indexer<2> ix, int64_t n, const T* __restrict__ in,
   }
 }
 
+// Contiguous operands move as 16-byte vectors (one memory transaction per thread per
+// operand instead of 16 / sizeof(T)): the strided kernels above reach about 60% of the
+// copy bandwidth on an H200, these close to all of it. The launcher checks contiguity and
+// 16-byte alignment; the last n % kN elements go one by one.
+template <typename T>
+struct alignas(16) Vec16 {
+  static constexpr int kN = int(16 / sizeof(T));
+  T v[kN];
+};
+
+template <typename T>
+__global__ void unary_contiguous_kernel(int64_t n, const T* __restrict__ in, T* __restrict__ out, UnaryCode code) {
+  using V = Vec16<T>;
+  const int64_t first = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t step = int64_t(gridDim.x) * blockDim.x;
+  const int64_t vectors = n / V::kN;
+  for (int64_t i = first; i < vectors; i += step) {
+    const V x = reinterpret_cast<const V*>(in)[i];
+    V y;
+    for (int j = 0; j < V::kN; ++j) y.v[j] = store<T>(apply_unary(code, load(x.v[j])));
+    reinterpret_cast<V*>(out)[i] = y;
+  }
+  for (int64_t i = vectors * V::kN + first; i < n; i += step) out[i] = store<T>(apply_unary(code, load(in[i])));
+}
+
 template <typename T>
 __global__ void is_finite_kernel(Indexer<2> ix, int64_t n, const T* __restrict__ in, bool* __restrict__ out) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
@@ -159,6 +184,32 @@ __global__ void arith_kernel(Indexer<3> ix, int64_t n, In<T> a, In<T> b, T* __re
   }
 }
 
+// One operand of arith_contiguous_kernel: a contiguous device array or a host scalar.
+template <typename T>
+__device__ __forceinline__ Vec16<T> load_vec(const In<T>& in, int64_t i) {
+  if (in.ptr) return reinterpret_cast<const Vec16<T>*>(in.ptr)[i];
+  Vec16<T> v;
+  for (int j = 0; j < Vec16<T>::kN; ++j) v.v[j] = in.value;
+  return v;
+}
+
+template <typename T>
+__global__ void arith_contiguous_kernel(int64_t n, In<T> a, In<T> b, T* __restrict__ out, BinaryCode code) {
+  using V = Vec16<T>;
+  const int64_t first = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t step = int64_t(gridDim.x) * blockDim.x;
+  const int64_t vectors = n / V::kN;
+  for (int64_t i = first; i < vectors; i += step) {
+    const V u = load_vec(a, i), v = load_vec(b, i);
+    V y;
+    for (int j = 0; j < V::kN; ++j) y.v[j] = store<T>(apply_arith(code, load(u.v[j]), load(v.v[j])));
+    reinterpret_cast<V*>(out)[i] = y;
+  }
+  for (int64_t i = vectors * V::kN + first; i < n; i += step) {
+    out[i] = store<T>(apply_arith(code, load(a.at(i)), load(b.at(i))));
+  }
+}
+
 template <typename T>
 __global__ void compare_kernel(Indexer<3> ix, int64_t n, In<T> a, In<T> b, bool* __restrict__ out,
                                BinaryCode code) {
@@ -238,6 +289,13 @@ inline void cast_into(const char* op, const Tensor& src, const Tensor& dst, cons
   });
 }
 
+// Whether t can be read by the contiguous kernels for an output of `shape`: a host
+// scalar (passed by value), or a dense tensor of that shape at a 16-byte aligned address.
+inline bool vector_operand(const Tensor& t, const Shape& shape) {
+  if (on_host(t)) return true;
+  return t.shape() == shape && t.is_contiguous() && reinterpret_cast<uintptr_t>(t.raw_data()) % 16 == 0;
+}
+
 }  // namespace elementwise_detail
 
 inline void cuda_unary(const KernelArgs& k) {
@@ -267,6 +325,11 @@ inline void cuda_unary(const KernelArgs& k) {
     } else {
       const UnaryCode code = unary_code(k);
       STRATA_CHECK(is_float_v<T> || integer_unary(code), op, ": no CUDA kernel for dtype ", x.dtype());
+      if (vector_operand(x, out.shape()) && vector_operand(out, out.shape())) {
+        const auto shape = cuda_backend::elementwise_shape(n / Vec16<T>::kN + 1);
+        return cuda_backend::launch(op, unary_contiguous_kernel<T>, shape.grid, shape.block, 0, k.stream, n,
+                                    static_cast<const T*>(x.raw_data()), out_ptr<T>(out), code);
+      }
       cuda_backend::launch(op, unary_kernel<T>, grid, block, 0, k.stream, ix, n, static_cast<const T*>(x.raw_data()),
                    out_ptr<T>(out), code);
     }
@@ -326,6 +389,12 @@ inline void cuda_binary(const KernelArgs& k) {
     if constexpr (!std::is_same_v<T, bool>) {
       STRATA_CHECK(is_float_v<T> || (code != BinaryCode::Div && code != BinaryCode::Pow), op,
                    ": no CUDA kernel for dtype ", a.dtype());
+      using elementwise_detail::vector_operand;
+      if (vector_operand(a, out.shape()) && vector_operand(b, out.shape()) && vector_operand(out, out.shape())) {
+        const auto shape = cuda_backend::elementwise_shape(n / Vec16<T>::kN + 1);
+        return cuda_backend::launch(op, arith_contiguous_kernel<T>, shape.grid, shape.block, 0, k.stream, n,
+                                    input_of<T>(a), input_of<T>(b), out_ptr<T>(out), code);
+      }
       cuda_backend::launch(op, arith_kernel<T>, grid, block, 0, k.stream, ix, n, input_of<T>(a), input_of<T>(b),
                    out_ptr<T>(out), code);
     }
