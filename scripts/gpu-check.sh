@@ -14,8 +14,9 @@
 #          1-rank collectives in every dtype, Mirrored over 2 logical GPUs and
 #          OneDevice(cuda:0) against the CPU) and -L "^cuda-emulation$"; strata-golden
 #          --device cuda:0 (and on the CPU, for comparison); strata-train --model cnn on the
-#          carried MNIST under one_device(cuda:0) (and cpu:0), and under mirrored over 2
-#          logical GPUs of cuda:0 (--virtual-gpus 2)
+#          carried MNIST under one_device(cuda:0) (and cpu:0), with mixed_float16 and
+#          mixed_bfloat16 on cuda:0, and under mirrored over 2 logical GPUs of cuda:0
+#          (--virtual-gpus 2)
 #   bench  strata-bench gpu --device cuda:0 (with the all-reduce bus bandwidth of cuda:0's
 #          2 logical replicas) and bench/compare/torch_gpu.py (PyTorch, same GPU, same
 #          call), merged with ratios
@@ -322,20 +323,29 @@ golden() {  # golden DEVICE
   tail -n 1 "$file" 2>/dev/null | sed "s/^/gpu-check: result golden $dev: /" | tee -a "$log"
 }
 
-train() {  # train DEVICE CAP
-  local dev=$1 cap=$2 tag=${1//:/_}
+# PRECISION (default float32): strata-train's --precision; mixed_float16 trains with the
+# dynamic loss scale, mixed_bfloat16 without. The report lands as train-cnn-<tag>.json.
+train() {  # train DEVICE CAP [PRECISION]
+  local dev=$1 cap=$2 precision=${3:-float32} tag=${1//:/_}
+  local name="train cnn $dev"
+  if [ "$precision" != float32 ]; then
+    tag=${tag}_$precision
+    name="$name $precision"
+  fi
   if ! have_bin strata-train; then
-    skip "train $dev" "strata-train was not built"
+    skip "$name" "strata-train was not built"
     return
   fi
   rm -rf "$work/model-$tag"
-  stage "train cnn $dev" "$cap" "$bin/strata-train" --model cnn --data "mnist:$shared/data/mnist" \
-    --strategy one_device --devices "$dev" --steps "$train_steps" --steps-per-loop 100 --global-batch 128 \
-    --model-dir "$work/model-$tag" --report "$work/train-$tag.json"
+  stage "$name" "$cap" "$bin/strata-train" --model cnn --data "mnist:$shared/data/mnist" \
+    --strategy one_device --devices "$dev" --precision "$precision" --steps "$train_steps" --steps-per-loop 100 \
+    --global-batch 128 --model-dir "$work/model-$tag" --report "$work/train-$tag.json"
   if [ -f "$work/train-$tag.json" ]; then
-    cp "$work/train-$tag.json" "$out/train-cnn-$tag.json"
-    "$python" -c 'import json,sys; r=json.load(open(sys.argv[1])); print("gpu-check: result train cnn %s: eval accuracy %.4f, loss %.4f, %.1f steps/s" % (sys.argv[2], r["eval_accuracy"], r["eval_loss"], r.get("steps_per_sec", 0)))' \
-      "$work/train-$tag.json" "$dev" | tee -a "$log"
+    # The device tool brings back at most 8 files: the mixed-precision reports travel
+    # inside gpu-check.json only.
+    [ "$precision" = float32 ] && cp "$work/train-$tag.json" "$out/train-cnn-$tag.json"
+    "$python" -c 'import json,sys; r=json.load(open(sys.argv[1])); print("gpu-check: result %s: eval accuracy %.4f, loss %.4f, %.1f steps/s" % (sys.argv[2], r["eval_accuracy"], r["eval_loss"], r.get("steps_per_sec", 0)))' \
+      "$work/train-$tag.json" "$name" | tee -a "$log"
   fi
 }
 
@@ -393,6 +403,8 @@ case "$mode" in
     golden "$device"
     train "$device" 150
     train_virtual "$device" 150
+    train "$device" 100 mixed_float16
+    train "$device" 100 mixed_bfloat16
     golden cpu
     train cpu:0 90
     ctest_label cuda-emulation 240
@@ -408,6 +420,8 @@ case "$mode" in
     golden "$device"
     train "$device" 150
     train_virtual "$device" 150
+    train "$device" 100 mixed_float16
+    train "$device" 100 mixed_bfloat16
     bench_strata
     bench_torch
     golden cpu

@@ -137,7 +137,8 @@ def main():
             report["golden"][m.group(1).replace("_", ":")] = golden(path)
         m = re.match(r"train-(.+)\.json$", name)
         if m:
-            report["train"][m.group(1).replace("_", ":")] = load_json(path)
+            # cuda_0 -> cuda:0; a precision suffix stays: cuda:0_mixed_float16
+            report["train"][re.sub(r"(cpu|cuda)_(\d+)", r"\1:\2", m.group(1))] = load_json(path)
     with open(out_path, "w") as f:
         json.dump(report, f, indent=2)
         f.write("\n")
