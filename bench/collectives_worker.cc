@@ -167,16 +167,20 @@ int collectives_worker_main(const std::string& spec_json) {
           std::vector<int64_t>{std::clamp<int64_t>(int64_t(rep_seconds / std::max(once_all, 1e-7)), 1, 100000)});
       w.comm->broadcast(inner_t, 0);
       const int64_t inner = inner_t.data<int64_t>()[0];
-      // The variants alternate call by call (in a rotating order), so that load from
-      // other processes on the machine, which comes in bursts shorter than a repetition,
-      // hits all of them alike. Each variant's time is the sum of its own calls.
+      // The variants alternate call by call, so that load from other processes on the
+      // machine, which comes in bursts shorter than a repetition, hits all of them alike.
+      // Each variant's time is the sum of its own calls. A call also absorbs what the
+      // call before it left behind (a peer that left it later), so the order is one in
+      // which every variant follows each other variant equally often.
+      static_assert(kVariants == 3, "the call order below is for 3 variants");
+      constexpr int kOrder[6] = {kStrata, kGlooRing, kGlooBcube, kStrata, kGlooBcube, kGlooRing};
       std::vector<std::vector<double>> samples(kVariants);
       for (int r = 0; r < reps; ++r) {
         double spent[kVariants] = {};
         w.comm->barrier();
         for (int64_t i = 0; i < inner; ++i) {
           for (int j = 0; j < kVariants; ++j) {
-            const int v = int((i + j) % kVariants);
+            const int v = kOrder[(i * kVariants + j) % 6];
             const auto t0 = Clock::now();
             w.all_reduce(Variant(v), buf);
             spent[v] += std::chrono::duration<double>(Clock::now() - t0).count();
