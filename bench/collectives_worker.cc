@@ -152,35 +152,45 @@ int collectives_worker_main(const std::string& spec_json) {
       for (int v = 0; v < kVariants; ++v) w.verify(Variant(v), count);
       // Zeros stay zeros under Sum: no overflow or denormals however often it runs.
       Tensor buf = Tensor::from_vector(std::vector<float>(size_t(count), 0.0f));
-      // Warm up, then size each variant's batch so that one repetition lasts about
-      // rep_seconds (rank 0 decides, so every rank calls the same number of times).
-      std::vector<int64_t> inner(kVariants);
+      // Warm up, then size the repetitions so that one lasts about rep_seconds over all
+      // variants (rank 0 decides, so every rank calls the same number of times).
+      double once_all = 0;
       for (int v = 0; v < kVariants; ++v) {
         w.all_reduce(Variant(v), buf);
         w.all_reduce(Variant(v), buf);
         w.comm->barrier();
         const auto t0 = Clock::now();
         w.all_reduce(Variant(v), buf);
-        const double once = w.slowest(std::chrono::duration<double>(Clock::now() - t0).count());
-        inner[size_t(v)] = std::clamp<int64_t>(int64_t(rep_seconds / std::max(once, 1e-7)), 1, 100000);
+        once_all += w.slowest(std::chrono::duration<double>(Clock::now() - t0).count());
       }
-      Tensor inner_t = Tensor::from_vector(inner);
+      Tensor inner_t = Tensor::from_vector(
+          std::vector<int64_t>{std::clamp<int64_t>(int64_t(rep_seconds / std::max(once_all, 1e-7)), 1, 100000)});
       w.comm->broadcast(inner_t, 0);
-      // Repetitions interleave the variants, so that a burst of load from other
-      // processes on the machine hits all of them alike.
+      const int64_t inner = inner_t.data<int64_t>()[0];
+      // The variants alternate call by call, so that load from other processes on the
+      // machine, which comes in bursts shorter than a repetition, hits all of them alike.
+      // Each variant's time is the sum of its own calls. A call also absorbs what the
+      // call before it left behind (a peer that left it later), so the order is one in
+      // which every variant follows each other variant equally often.
+      static_assert(kVariants == 3, "the call order below is for 3 variants");
+      constexpr int kOrder[6] = {kStrata, kGlooRing, kGlooBcube, kStrata, kGlooBcube, kGlooRing};
       std::vector<std::vector<double>> samples(kVariants);
       for (int r = 0; r < reps; ++r) {
-        for (int v = 0; v < kVariants; ++v) {
-          const int64_t n = inner_t.data<int64_t>()[v];
-          w.comm->barrier();
-          const auto t0 = Clock::now();
-          for (int64_t i = 0; i < n; ++i) w.all_reduce(Variant(v), buf);
-          samples[size_t(v)].push_back(w.slowest(std::chrono::duration<double>(Clock::now() - t0).count() / double(n)));
+        double spent[kVariants] = {};
+        w.comm->barrier();
+        for (int64_t i = 0; i < inner; ++i) {
+          for (int j = 0; j < kVariants; ++j) {
+            const int v = kOrder[(i * kVariants + j) % 6];
+            const auto t0 = Clock::now();
+            w.all_reduce(Variant(v), buf);
+            spent[v] += std::chrono::duration<double>(Clock::now() - t0).count();
+          }
         }
+        for (int v = 0; v < kVariants; ++v) samples[size_t(v)].push_back(w.slowest(spent[v] / double(inner)));
       }
       nlohmann::json row = {{"bytes", bytes}, {"strata_algorithm", gc->allreduce_algorithm(bytes)}};
       for (int v = 0; v < kVariants; ++v)  // in measurement order: the suite pairs them
-        row[kVariantNames[v]] = {{"seconds", samples[size_t(v)]}, {"inner", inner_t.data<int64_t>()[v]}};
+        row[kVariantNames[v]] = {{"seconds", samples[size_t(v)]}, {"inner", inner}};
       results.push_back(row);
     }
     if (w.rank == 0) store->set(prefix + "/results", results.dump());

@@ -8,7 +8,7 @@
 //   Gloo's ring and bcube algorithms at each size. strata-bench re-executes itself as the
 //   workers (bench/collectives_worker.h); each figure is the median of repetitions (after
 //   warm-up), each repetition timed as the slowest rank's mean per call, strata and Gloo
-//   interleaved; "paired_ratio" is the median of the per-repetition ratios.
+//   interleaved call by call; "paired_ratio" is the median of the per-repetition ratios.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>

@@ -13,6 +13,8 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/address.h>
 #include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
+#include <gloo/types.h>
 
 #include <dirent.h>
 #include <netinet/in.h>
@@ -23,9 +25,12 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <sstream>
+#include <stdexcept>
 #include <thread>
+#include <type_traits>
 #include <vector>
 #endif
 
@@ -172,12 +177,68 @@ gloo::AllreduceOptions::Func reduce_fn(ReduceOp op) {
   fail("gloo: unknown reduce op");
 }
 
+// out = a (op) b, elementwise. Plain loops the compiler vectorises; a, b and out may alias.
+template <typename T>
+void combine_sum(void* out, const void* a, const void* b, size_t n) {
+  T* o = static_cast<T*>(out);
+  const T* x = static_cast<const T*>(a);
+  const T* y = static_cast<const T*>(b);
+  for (size_t i = 0; i < n; ++i) o[i] = T(x[i] + y[i]);
+}
+template <typename T>
+void combine_max(void* out, const void* a, const void* b, size_t n) {
+  T* o = static_cast<T*>(out);
+  const T* x = static_cast<const T*>(a);
+  const T* y = static_cast<const T*>(b);
+  for (size_t i = 0; i < n; ++i) o[i] = x[i] < y[i] ? y[i] : x[i];
+}
+template <typename T>
+void combine_min(void* out, const void* a, const void* b, size_t n) {
+  T* o = static_cast<T*>(out);
+  const T* x = static_cast<const T*>(a);
+  const T* y = static_cast<const T*>(b);
+  for (size_t i = 0; i < n; ++i) o[i] = y[i] < x[i] ? y[i] : x[i];
+}
+
+template <typename T>
+void (*combine_fn(ReduceOp op))(void*, const void*, const void*, size_t) {
+  switch (op) {
+    case ReduceOp::Sum:
+    case ReduceOp::Mean: return &combine_sum<T>;
+    case ReduceOp::Max: return &combine_max<T>;
+    case ReduceOp::Min: return &combine_min<T>;
+  }
+  fail("gloo: unknown reduce op");
+}
+
+// The direct exchange's slots (Gloo's own collectives use prefixes 0x01-0x08).
+constexpr uint8_t kDirectSlotPrefix = 0x41;
+// Segments of the direct exchange: large enough that per-message costs (a wake-up of
+// Gloo's loop thread and of this one) stay small against the bytes, small enough that
+// summing one segment overlaps receiving the next ones. kDirectWindow segments per peer
+// are in flight (the scratch buffer holds that many).
+constexpr size_t kDirectSegment = size_t(512) << 10;
+constexpr size_t kDirectWindow = 8;
+
 }  // namespace
 
-// What a collective is, for error messages.
+// What a collective is, for error messages. Put into words only when a call fails, so
+// that a successful call builds no strings.
 struct GlooCommunicator::Call {
   const char* op;
-  std::string what;  // "4096 float32 elements"
+  int64_t numel = -1;  // -1: a call without data (barrier)
+  DType dtype = DType::Float32;
+  const char* reduce = nullptr;  // the reduce op's name, where there is one
+  int root = -1;                 // broadcast's root
+  bool per_rank = false;         // numel counts each rank's part (all_gather)
+  std::string what() const {
+    if (numel < 0) return "no data";
+    std::ostringstream os;
+    os << numel << " " << dtype_name(dtype) << " elements" << (per_rank ? " per rank" : "");
+    if (reduce) os << ", " << reduce;
+    if (root >= 0) os << ", root " << root;
+    return os.str();
+  }
 };
 
 GlooCommunicator::GlooCommunicator(const GlooCommunicatorOptions& options)
@@ -252,6 +313,10 @@ GlooCommunicator::~GlooCommunicator() {
 
 const char* GlooCommunicator::allreduce_algorithm(int64_t bytes) const {
   if (options_.comm.implementation == CommunicationImplementation::Ring) return "ring";
+  const int64_t direct_max = options_.direct_max_bytes >= 0 ? options_.direct_max_bytes
+                             : size_ <= 2                    ? std::numeric_limits<int64_t>::max()
+                                                             : int64_t(768) << 10;
+  if (bytes <= direct_max) return "direct";
   const int64_t ring_min = options_.ring_min_bytes >= 0 ? options_.ring_min_bytes
                            : size_ <= 2                  ? int64_t(4) << 20
                                                          : int64_t(16) << 20;
@@ -362,7 +427,7 @@ void GlooCommunicator::fail_call(const Call& call, const std::string& cause) {
   const Diagnosis d = diagnose();
   std::ostringstream os;
   os << "gloo " << call.op << " failed on " << options_.member << " " << rank_ << " of " << size_ << " (collective #"
-     << calls_ << ", " << call.what << ", timeout " << seconds_str(options_.comm.timeout_seconds);
+     << calls_ << ", " << call.what() << ", timeout " << seconds_str(options_.comm.timeout_seconds);
   if (monitor_) os << ", stall timeout " << seconds_str(options_.comm.stall_timeout_seconds);
   os << "): " << d.text << "; gloo said: " << cause;
   broken_ = os.str();
@@ -443,24 +508,127 @@ void check_reducible(const Tensor& t, const char* op) {
                "float16, bfloat16, int32 or int64)");
 }
 
-std::string describe(const Tensor& t) {
-  std::ostringstream os;
-  os << t.numel() << " " << dtype_name(t.dtype()) << " elements";
-  return os.str();
+using CombineFn = void (*)(void*, const void*, const void*, size_t);
+
+CombineFn combine_for(DType dtype, ReduceOp op, const char* opname) {
+  switch (dtype) {
+    case DType::Float32: return combine_fn<float>(op);
+    case DType::Float64: return combine_fn<double>(op);
+    case DType::Int32: return combine_fn<int32_t>(op);
+    case DType::Int64: return combine_fn<int64_t>(op);
+    default: fail("gloo ", opname, ": no native reduction for ", dtype);
+  }
+}
+
+bool overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
+  const auto* x = static_cast<const uint8_t*>(a);
+  const auto* y = static_cast<const uint8_t*>(b);
+  return a_bytes > 0 && b_bytes > 0 && x < y + b_bytes && y < x + a_bytes;
 }
 
 }  // namespace
 
+uint8_t* GlooCommunicator::scratch(size_t bytes) {
+  if (bytes > scratch_bytes_) {
+    scratch_.reset();  // the old one first: the two need not both fit
+    scratch_bytes_ = 0;
+    scratch_ = std::make_unique<uint8_t[]>(bytes);
+    scratch_bytes_ = bytes;
+  }
+  return scratch_.get();
+}
+
+void GlooCommunicator::direct_reduce(const uint8_t* const* send_for, const uint8_t* local, uint8_t* out,
+                                     size_t bytes, size_t element_size, Combine combine) {
+  using Clock = std::chrono::steady_clock;
+  const size_t seg = std::min(bytes, kDirectSegment);  // a multiple of every element size
+  const size_t segments = (bytes + seg - 1) / seg;
+  const size_t window = std::min(segments, kDirectWindow);
+  const size_t slot_bytes = window * seg;  // per peer
+  uint8_t* received = scratch(size_t(size_ - 1) * slot_bytes);
+  const auto peer_slots = [&](int p) { return received + size_t(p < rank_ ? p : p - 1) * slot_bytes; };
+  const uint64_t slot = gloo::Slot::build(kDirectSlotPrefix, uint32_t(calls_));
+  // One deadline for the whole call, however many waits it takes.
+  const auto deadline = Clock::now() + to_millis(options_.comm.timeout_seconds);
+  const auto left = [&] {
+    return std::max(Millis(1), std::chrono::duration_cast<Millis>(deadline - Clock::now()));
+  };
+  const auto length = [&](size_t k) { return std::min(seg, bytes - k * seg); };
+  // One buffer per peer and direction: Gloo completes a buffer's operations with one
+  // peer in order, so the k-th completed wait is segment k.
+  const size_t ranks = static_cast<size_t>(size_);
+  std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> receiver(ranks), sender(ranks);
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    receiver[size_t(p)] = context_->createUnboundBuffer(peer_slots(p), slot_bytes);
+    sender[size_t(p)] = context_->createUnboundBuffer(const_cast<uint8_t*>(send_for[p]), bytes);
+  }
+  // Receives first, then every send: Gloo writes a send once the peer has announced a
+  // receive for it, so at most `window` segments per peer are in flight.
+  for (size_t k = 0; k < window; ++k)
+    for (int p = 0; p < size_; ++p)
+      if (p != rank_) receiver[size_t(p)]->recv(p, slot, k * seg, length(k));
+  for (size_t k = 0; k < segments; ++k)
+    for (int p = 0; p < size_; ++p)
+      if (p != rank_) sender[size_t(p)]->send(p, slot, k * seg, length(k));
+  const bool in_place = out == local;
+  for (size_t k = 0; k < segments; ++k) {
+    const size_t offset = k * seg;
+    const size_t in_slot = (k % window) * seg;
+    const size_t n = length(k) / element_size;
+    for (int p = 0; p < size_; ++p) {
+      if (p == rank_) continue;
+      if (!receiver[size_t(p)]->waitRecv(left())) throw std::runtime_error("the receive was aborted");
+      // In place, this segment is overwritten below: it must have gone out to every peer.
+      if (in_place && !sender[size_t(p)]->waitSend(left())) throw std::runtime_error("the send was aborted");
+    }
+    // ((c0 op c1) op c2) ...: every rank combines in the same order, so every rank gets
+    // the same bits (float addition is commutative but not associative).
+    const auto part = [&](int q) -> uint8_t* {
+      return q == rank_ ? const_cast<uint8_t*>(local) + offset : peer_slots(q) + in_slot;
+    };
+    uint8_t* o = out + offset;
+    if (!in_place) {
+      combine(o, part(0), part(1), n);
+      for (int q = 2; q < size_; ++q) combine(o, o, part(q), n);
+    } else if (rank_ == 0) {
+      for (int q = 1; q < size_; ++q) combine(o, o, part(q), n);
+    } else {
+      // The ranks before this one are combined in peer 0's slot, then with this rank's
+      // own values (in that order), then the ranks after it.
+      uint8_t* prefix = part(0);
+      for (int q = 1; q < rank_; ++q) combine(prefix, prefix, part(q), n);
+      combine(o, prefix, o, n);
+      for (int q = rank_ + 1; q < size_; ++q) combine(o, o, part(q), n);
+    }
+    if (k + window < segments)
+      for (int p = 0; p < size_; ++p)
+        if (p != rank_) receiver[size_t(p)]->recv(p, slot, in_slot, length(k + window));
+  }
+  if (!in_place)
+    for (size_t k = 0; k < segments; ++k)
+      for (int p = 0; p < size_; ++p)
+        if (p != rank_ && !sender[size_t(p)]->waitSend(left())) throw std::runtime_error("the send was aborted");
+}
+
 void GlooCommunicator::reduce_raw(void* data, DType dtype, int64_t n, ReduceOp op, const Call& call) {
   if (size_ == 1 || n == 0) return;
-  const int64_t bytes = n * int64_t(dtype_size(dtype));
-  const auto algorithm = std::strcmp(allreduce_algorithm(bytes), "ring") == 0
-                             ? gloo::AllreduceOptions::Algorithm::RING
-                             : gloo::AllreduceOptions::Algorithm::BCUBE;
+  const size_t element_size = dtype_size(dtype);
+  const int64_t bytes = n * int64_t(element_size);
+  const char* algorithm = allreduce_algorithm(bytes);
+  if (algorithm[0] == 'd') {
+    const CombineFn combine = combine_for(dtype, op, call.op);
+    auto* p = static_cast<uint8_t*>(data);
+    const std::vector<const uint8_t*> send_for(size_t(size_), p);
+    run(call, [&] { direct_reduce(send_for.data(), p, p, size_t(bytes), element_size, combine); });
+    return;
+  }
+  const auto gloo_algorithm = algorithm[0] == 'r' ? gloo::AllreduceOptions::Algorithm::RING
+                                                  : gloo::AllreduceOptions::Algorithm::BCUBE;
   const uint32_t tag = uint32_t(calls_ + 1);
   run(call, [&] {
     gloo::AllreduceOptions opts(context_);
-    opts.setAlgorithm(algorithm);
+    opts.setAlgorithm(gloo_algorithm);
     opts.setTimeout(to_millis(options_.comm.timeout_seconds));
     opts.setTag(tag);
     visit_dtype(dtype, [&](auto zero) {
@@ -481,8 +649,8 @@ void GlooCommunicator::all_reduce(const Tensor& buffer, ReduceOp op) {
   check_usable("all_reduce");
   check_cpu_contiguous(buffer, "all_reduce", "buffer");
   check_reducible(buffer, "all_reduce");
-  const Call call{"all_reduce", describe(buffer) + ", " + reduce_op_name(op)};
   const int64_t n = buffer.numel();
+  const Call call{"all_reduce", n, buffer.dtype(), reduce_op_name(op)};
   if (is_half(buffer.dtype())) {
     // Reduced in float32 and rounded once at the end, as the CPU kernels compute halves.
     std::vector<float> wide(static_cast<size_t>(n));
@@ -501,7 +669,7 @@ void GlooCommunicator::broadcast(const Tensor& buffer, int root) {
   check_cpu_contiguous(buffer, "broadcast", "buffer");
   STRATA_CHECK(root >= 0 && root < size_, "gloo broadcast: root ", root, " is out of range for a group of ",
                size_);
-  const Call call{"broadcast", describe(buffer) + ", root " + std::to_string(root)};
+  const Call call{"broadcast", buffer.numel(), buffer.dtype(), nullptr, root};
   if (size_ == 1 || buffer.nbytes() == 0) return;
   const uint32_t tag = uint32_t(calls_ + 1);
   run(call, [&] {
@@ -528,7 +696,8 @@ void GlooCommunicator::all_gather(const Tensor& input, const Tensor& output) {
   }
   STRATA_CHECK(output.shape() == want, "gloo all_gather: output has shape ", shape_str(output.shape()),
                ", expected ", shape_str(want), " (", size_, " ranks x input ", shape_str(input.shape()), ")");
-  const Call call{"all_gather", describe(input) + " per rank"};
+  Call call{"all_gather", input.numel(), input.dtype()};
+  call.per_rank = true;
   const size_t bytes = input.nbytes();
   if (bytes == 0) return;
   auto* out = static_cast<uint8_t*>(output.raw_data());
@@ -537,8 +706,7 @@ void GlooCommunicator::all_gather(const Tensor& input, const Tensor& output) {
   // Place this rank's part first; a staging copy when the input overlaps the output
   // elsewhere than its own slot.
   if (in != slot) {
-    const bool overlap = in < out + size_t(size_) * bytes && out < in + bytes;
-    if (overlap) {
+    if (overlaps(in, bytes, out, size_t(size_) * bytes)) {
       std::vector<uint8_t> staged(in, in + bytes);
       std::memcpy(slot, staged.data(), bytes);
     } else {
@@ -569,26 +737,49 @@ void GlooCommunicator::reduce_scatter(const Tensor& input, const Tensor& output,
   want[0] /= size_;
   STRATA_CHECK(output.shape() == want, "gloo reduce_scatter: output has shape ", shape_str(output.shape()),
                ", expected ", shape_str(want), " (input ", shape_str(input.shape()), " / ", size_, " ranks)");
-  const Call call{"reduce_scatter", describe(input) + ", " + reduce_op_name(op)};
-  // Gloo's modern API has no reduce-scatter (its ReduceScatterHalvingDoubling is a legacy
-  // algorithm without per-call timeouts), so: all-reduce a scratch copy — the input stays
-  // untouched — and keep this rank's slice.
   const int64_t n = input.numel();
+  const Call call{"reduce_scatter", n, input.dtype(), reduce_op_name(op)};
   const int64_t part = n / size_;
+  if (part == 0) return;
   const DType wide = is_half(input.dtype()) ? kFloat32 : input.dtype();
-  std::vector<uint8_t> scratch(size_t(n) * dtype_size(wide));
-  detail::convert_elements(input.raw_data(), input.dtype(), scratch.data(), wide, n);
-  reduce_raw(scratch.data(), wide, n, op, call);
-  uint8_t* mine = scratch.data() + size_t(rank_ * part) * dtype_size(wide);
-  if (op == ReduceOp::Mean) divide_by(mine, wide, part, size_);
-  detail::convert_elements(mine, wide, output.raw_data(), output.dtype(), part);
+  const size_t element_size = dtype_size(wide);
+  const size_t part_bytes = size_t(part) * element_size;
+  // A real reduce-scatter: each rank sends every peer only that peer's slice and combines
+  // the slices it receives for its own (the direct exchange, over one part per peer: the
+  // bytes of the ring's reduce-scatter, in one round). The input is sent from where it
+  // is; a copy is made only for halves (reduced in float32) or when the output overlaps
+  // the input (it is written while the input still goes out).
+  const uint8_t* src = static_cast<const uint8_t*>(input.raw_data());
+  std::vector<uint8_t> staged;
+  if (wide != input.dtype() || overlaps(src, input.nbytes(), output.raw_data(), output.nbytes())) {
+    staged.resize(size_t(n) * element_size);
+    detail::convert_elements(src, input.dtype(), staged.data(), wide, n);
+    src = staged.data();
+  }
+  uint8_t* dst = static_cast<uint8_t*>(output.raw_data());
+  std::vector<uint8_t> wide_out;
+  if (wide != output.dtype()) {
+    wide_out.resize(part_bytes);
+    dst = wide_out.data();
+  }
+  const uint8_t* mine = src + size_t(rank_) * part_bytes;
+  if (size_ == 1) {
+    std::memcpy(dst, mine, part_bytes);
+  } else {
+    const CombineFn combine = combine_for(wide, op, "reduce_scatter");
+    std::vector<const uint8_t*> send_for(static_cast<size_t>(size_));
+    for (int p = 0; p < size_; ++p) send_for[size_t(p)] = src + size_t(p) * part_bytes;
+    run(call, [&] { direct_reduce(send_for.data(), mine, dst, part_bytes, element_size, combine); });
+    if (op == ReduceOp::Mean) divide_by(dst, wide, part, size_);
+  }
+  if (dst != output.raw_data()) detail::convert_elements(dst, wide, output.raw_data(), output.dtype(), part);
 }
 
 void GlooCommunicator::barrier() {
   check_usable("barrier");
   if (size_ == 1) return;
   const uint32_t tag = uint32_t(calls_ + 1);
-  run(Call{"barrier", "no data"}, [&] {
+  run(Call{"barrier"}, [&] {
     gloo::BarrierOptions opts(context_);
     opts.setTag(tag);
     opts.setTimeout(to_millis(options_.comm.timeout_seconds));

@@ -63,13 +63,19 @@ struct GlooCommunicatorOptions {
   // timeout_seconds bounds the rendezvous and every collective; implementation Ring
   // forces the ring all-reduce at every size.
   CommunicationOptions comm;
-  // all_reduce uses Gloo's bcube (recursive halving-doubling: log2(n) exchanges, latency
-  // bound) below this many bytes and the pipelined, bandwidth-optimal ring from it.
-  // -1 (the default) picks by group size, from loopback measurements (strata-bench
-  // collectives): with 2 ranks bcube is as fast or faster up to 1-4 MB; with more ranks
-  // the ring's 2(n-1) steps cost more and bcube wins up to 4-16 MB; at 64 MB ring is 2-5x
-  // faster (bcube neither pipelines nor reuses its scratch buffer). So: 4 MB for 2 ranks,
-  // 16 MB for more.
+  // all_reduce picks one of three algorithms by buffer size (allreduce_algorithm()):
+  //  - "direct" up to direct_max_bytes: every rank sends its buffer to every other in
+  //    one round and sums what it receives locally, in rank order (so every rank computes
+  //    bit-identical results), segment by segment so that summing overlaps receiving,
+  //    into a scratch buffer kept across calls. One message latency instead of Gloo's
+  //    2 log2(n) (bcube) or 2(n-1) (ring) dependent steps; each rank sends (n-1) x bytes,
+  //    the same as the ring with 2 ranks, more with more ranks.
+  //  - Gloo's "bcube" (recursive halving-doubling) from there up to ring_min_bytes;
+  //  - Gloo's pipelined, bandwidth-optimal "ring" from ring_min_bytes.
+  // -1 (the defaults) picks by group size, from loopback measurements (strata-bench
+  // collectives, bench/README.md): with 2 ranks direct at every size; with more ranks
+  // direct up to 768 KB, bcube below 16 MB, ring from 16 MB.
+  int64_t direct_max_bytes = -1;
   int64_t ring_min_bytes = -1;
   // A second client of the same store for the heartbeat thread (its timeout should be
   // comm.stall_timeout_seconds). Null: no heartbeats, so a stalled peer is only found at
@@ -104,15 +110,27 @@ class GlooCommunicator final : public Communicator {
   void reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op) override;
   void barrier() override;
 
-  // "ring" or "bcube": the algorithm all_reduce uses for a buffer of `bytes`.
+  // "direct", "bcube" or "ring": the algorithm all_reduce uses for a buffer of `bytes`
+  // (GlooCommunicatorOptions::direct_max_bytes). reduce_scatter always runs the direct
+  // exchange on each rank's slice.
   const char* allreduce_algorithm(int64_t bytes) const;
   // The connected Gloo context (for benchmarks that call Gloo directly).
   const std::shared_ptr<gloo::Context>& gloo_context() const { return context_; }
 
  private:
   struct Call;
+  // out = a (op) b over n elements of one dtype.
+  using Combine = void (*)(void* out, const void* a, const void* b, size_t n);
   void check_usable(const char* op) const;
   void reduce_raw(void* data, DType dtype, int64_t n, ReduceOp op, const Call& call);
+  // The direct exchange (see direct_max_bytes): each peer p is sent `bytes` from
+  // send_for[p] and sends this rank as many; `out` receives, element by element, the
+  // reduction in rank order of every rank's contribution (this rank's is `local`). When
+  // `out` is also what is sent (all_reduce in place), a segment is overwritten only
+  // after it has gone out to every peer.
+  void direct_reduce(const uint8_t* const* send_for, const uint8_t* local, uint8_t* out, size_t bytes,
+                     size_t element_size, Combine combine);
+  uint8_t* scratch(size_t bytes);
   template <typename Fn>
   void run(const Call& call, Fn&& fn);
   [[noreturn]] void fail_call(const Call& call, const std::string& cause);
@@ -128,6 +146,10 @@ class GlooCommunicator final : public Communicator {
   GlooCommunicatorOptions options_;
   std::shared_ptr<gloo::Context> context_;
   uint64_t calls_ = 0;
+  // The direct exchange's receive buffer, kept across calls (no allocation or page
+  // faults per call); grows to the largest window used.
+  std::unique_ptr<uint8_t[]> scratch_;
+  size_t scratch_bytes_ = 0;
   std::string broken_;  // why the communicator is unusable; empty while healthy
   std::optional<PeerFailure> broken_by_peer_;  // when a peer caused it
   std::unique_ptr<HeartbeatMonitor> monitor_;  // with options_.heartbeat_store

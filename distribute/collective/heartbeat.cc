@@ -83,6 +83,7 @@ void HeartbeatMonitor::enter(int64_t collective) {
 void HeartbeatMonitor::leave() { waiting_.store(false, std::memory_order_release); }
 
 std::optional<StallVerdict> HeartbeatMonitor::verdict() const {
+  if (!has_verdict_.load(std::memory_order_acquire)) return std::nullopt;
   std::lock_guard<std::mutex> lock(mu_);
   return verdict_;
 }
@@ -119,6 +120,7 @@ bool HeartbeatMonitor::judge() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       verdict_ = v;
+      has_verdict_.store(true, std::memory_order_release);
     }
     std::ostringstream os;
     os << v.rank << " " << v.silent_seconds << " " << v.peer_collective << " " << v.own_collective << " 0";
@@ -161,6 +163,7 @@ void HeartbeatMonitor::loop() {
       v.store_silent = true;
       std::lock_guard<std::mutex> guard(mu_);
       verdict_ = v;
+      has_verdict_.store(true, std::memory_order_release);
       found = true;
     }
     if (found && options_.on_stall) options_.on_stall();

@@ -87,6 +87,8 @@ class HeartbeatMonitor {
   void enter(int64_t collective);
   void leave();
 
+  // The stall found, if any. Cheap while there is none (one atomic load, no lock): the
+  // communicator asks before every collective.
   std::optional<StallVerdict> verdict() const;
   double interval_seconds() const { return interval_; }
 
@@ -119,6 +121,7 @@ class HeartbeatMonitor {
   std::condition_variable cv_;
   bool stop_ = false;
   std::optional<StallVerdict> verdict_;
+  std::atomic<bool> has_verdict_{false};  // set (release) after verdict_, under mu_
   bool store_broken_ = false;             // heartbeat thread only
   double store_silent_seconds_ = 0;       // > 0: the store stopped answering (heartbeat thread only)
   std::thread thread_;

@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <future>
 #include <iostream>
@@ -168,21 +169,23 @@ TEST_CASE("Gloo all_reduce: every dtype and op with 2, 3 and 4 ranks", "[gloo]")
   }
 }
 
-TEST_CASE("Gloo all_reduce: ring and bcube both reduce correctly at every size", "[gloo]") {
+TEST_CASE("Gloo all_reduce: direct, bcube and ring all reduce correctly at every size", "[gloo]") {
   if (skip_without_gloo()) return;
   for (int size : {2, 3, 4}) {
-    for (bool ring : {true, false}) {
-      INFO("ranks: " << size << (ring ? ", ring everywhere" : ", bcube everywhere"));
+    for (std::string algorithm : {"direct", "bcube", "ring"}) {
+      INFO("ranks: " << size << ", " << algorithm << " everywhere");
       GroupSpec spec{size};
-      spec.tweak = [ring](GlooCommunicatorOptions& o) {
-        if (ring) o.comm.implementation = CommunicationImplementation::Ring;
-        o.ring_min_bytes = ring ? 0 : (int64_t(1) << 40);
+      spec.tweak = [algorithm](GlooCommunicatorOptions& o) {
+        if (algorithm == "ring") o.comm.implementation = CommunicationImplementation::Ring;
+        o.direct_max_bytes = algorithm == "direct" ? (int64_t(1) << 40) : 0;
+        o.ring_min_bytes = algorithm == "ring" ? 0 : (int64_t(1) << 40);
       };
-      require_all_ok(run_group(spec, [ring](int rank, Communicator& comm) -> std::string {
+      require_all_ok(run_group(spec, [algorithm](int rank, Communicator& comm) -> std::string {
 #ifdef STRATA_HAS_GLOO
         auto& gc = dynamic_cast<GlooCommunicator&>(comm);
-        if (std::string(gc.allreduce_algorithm(1 << 20)) != (ring ? "ring" : "bcube")) return "algorithm choice";
+        if (gc.allreduce_algorithm(1 << 20) != algorithm) return "algorithm choice";
 #endif
+        // 600001 floats are 5 segments of the direct exchange.
         for (int64_t count : {int64_t(1), int64_t(2), int64_t(5), int64_t(4099), int64_t(600001)})
           for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max})
             if (auto r = check_all_reduce(rank, comm, count, kFloat32, op); !r.empty()) return r;
@@ -191,21 +194,55 @@ TEST_CASE("Gloo all_reduce: ring and bcube both reduce correctly at every size",
     }
   }
 #ifdef STRATA_HAS_GLOO
-  // The default picks bcube for small buffers and ring for large ones.
+  // The defaults: with 2 ranks the direct exchange at every size.
   require_all_ok(run_group({2}, [](int, Communicator& comm) -> std::string {
     auto& gc = dynamic_cast<GlooCommunicator&>(comm);
-    if (std::string(gc.allreduce_algorithm(1024)) != "bcube") return "1 KB should use bcube";
-    if (std::string(gc.allreduce_algorithm(64 << 20)) != "ring") return "64 MB should use ring";
+    if (std::string(gc.allreduce_algorithm(1024)) != "direct") return "1 KB should use direct";
+    if (std::string(gc.allreduce_algorithm(64 << 20)) != "direct") return "64 MB should use direct";
     return {};
   }));
-  // Larger groups keep bcube up to 16 MB (the ring's 2(n-1) steps cost more).
+  // Larger groups: direct up to 768 KB (each rank sends n-1 copies), then bcube below 16 MB.
   require_all_ok(run_group({4}, [](int, Communicator& comm) -> std::string {
     auto& gc = dynamic_cast<GlooCommunicator&>(comm);
+    if (std::string(gc.allreduce_algorithm(768 << 10)) != "direct") return "768 KB with 4 ranks should use direct";
+    if (std::string(gc.allreduce_algorithm(1 << 20)) != "bcube") return "1 MB with 4 ranks should use bcube";
     if (std::string(gc.allreduce_algorithm(8 << 20)) != "bcube") return "8 MB with 4 ranks should use bcube";
     if (std::string(gc.allreduce_algorithm(16 << 20)) != "ring") return "16 MB with 4 ranks should use ring";
     return {};
   }));
 #endif
+}
+
+TEST_CASE("Gloo direct all_reduce sums in rank order: every rank gets the same bits", "[gloo]") {
+  if (skip_without_gloo()) return;
+  // Values whose float sums depend on the order of addition; more segments than the
+  // exchange keeps in flight (its window), so scratch slots are reused.
+  const int64_t count = 9 * (int64_t(512) << 10) / 4 + 5;
+  auto values = [count](int rank) {
+    std::vector<float> v(static_cast<size_t>(count));
+    for (int64_t i = 0; i < count; ++i)
+      v[size_t(i)] = float(std::pow(10.0, double((i * 7 + rank * 3) % 13) - 6.0)) * (i % 2 ? 1.0f : -1.0f);
+    return v;
+  };
+  for (int size : {2, 3, 4}) {
+    INFO("ranks: " << size);
+    std::vector<float> want = values(0);
+    for (int r = 1; r < size; ++r) {
+      const auto v = values(r);
+      for (int64_t i = 0; i < count; ++i) want[size_t(i)] += v[size_t(i)];
+    }
+    GroupSpec spec{size};
+    spec.tweak = [](GlooCommunicatorOptions& o) { o.direct_max_bytes = int64_t(1) << 40; };
+    require_all_ok(run_group(spec, [&](int rank, Communicator& comm) -> std::string {
+      Tensor t = Tensor::from_vector(values(rank));
+      comm.all_reduce(t, ReduceOp::Sum);
+      const float* got = t.data<float>();
+      for (int64_t i = 0; i < count; ++i)
+        if (std::memcmp(&got[i], &want[size_t(i)], sizeof(float)) != 0)
+          return "element " + std::to_string(i) + " differs from the rank-order sum";
+      return {};
+    }));
+  }
 }
 
 TEST_CASE("Gloo broadcast from every root, any dtype", "[gloo]") {
@@ -275,6 +312,20 @@ TEST_CASE("Gloo reduce_scatter leaves each rank its reduced slice", "[gloo]") {
           if (in.to_vector<double>() != before) return "reduce_scatter modified its input";
         }
       }
+      // Several segments per slice; then an output that is a slice of the input itself.
+      const int64_t rows = 300001;
+      Tensor big = filled(rank, {rows * n}, kFloat32);
+      Tensor mine = Tensor::empty({rows}, kFloat32);
+      comm.reduce_scatter(big, mine, ReduceOp::Sum);
+      const auto got = mine.to_vector<double>();
+      for (int64_t i = 0; i < rows; ++i)
+        if (got[size_t(i)] != expected(ReduceOp::Sum, n, rank * rows + i, kFloat32)) return "large reduce_scatter";
+      Tensor whole = filled(rank, {4 * n, 3}, kFloat32);
+      comm.reduce_scatter(whole, whole.slice(0, 0, 4), ReduceOp::Max);
+      const auto head = whole.slice(0, 0, 4).to_vector<double>();
+      for (int64_t i = 0; i < 12; ++i)
+        if (head[size_t(i)] != expected(ReduceOp::Max, n, rank * 12 + i, kFloat32))
+          return "reduce_scatter into a slice of its input";
       return {};
     }));
   }
