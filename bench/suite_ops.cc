@@ -8,6 +8,8 @@
 #endif
 
 #include <Eigen/Core>
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -28,30 +30,84 @@ namespace strata::bench {
 
 namespace {
 
-// The reference GEMM, c[m x n] = a[m x k] b[k x n] row-major, on `threads` threads of the
-// library's own: OpenBLAS's sgemm, or Eigen's product in builds without OpenBLAS.
+// The reference GEMM, c[m x n] = op(a) op(b) row-major (op = transpose when ta / tb), on
+// `threads` threads of the library's own: OpenBLAS's sgemm, or Eigen's product in builds
+// without OpenBLAS. `inner` calls per repetition.
 #if STRATA_HAS_OPENBLAS
 const char* const kBlasName = "OpenBLAS sgemm";
 #else
 const char* const kBlasName = "Eigen GEMM";
 #endif
 Timing time_reference_sgemm(int64_t m, int64_t n, int64_t k, const float* a, const float* b, float* c, int threads,
-                            int reps) {
+                            int reps, bool ta = false, bool tb = false, int inner = 1) {
 #if STRATA_HAS_OPENBLAS
   openblas_set_num_threads(threads);
+  const int lda = int(ta ? m : k), ldb = int(tb ? k : n);
   Timing t = time_it([&] {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(m), int(n), int(k), 1.0f, a, int(k), b, int(n), 0.0f,
-                c, int(n));
-  }, reps);
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m), int(n),
+                int(k), 1.0f, a, lda, b, ldb, 0.0f, c, int(n));
+  }, reps, inner);
   openblas_set_num_threads(1);
   return t;
 #else
   using RowMajor = Eigen::Matrix<float, -1, -1, Eigen::RowMajor>;
   Eigen::setNbThreads(threads);
-  Eigen::Map<const RowMajor> ea(a, m, k), eb(b, k, n);
+  Eigen::Map<const RowMajor> ea(a, ta ? k : m, ta ? m : k), eb(b, tb ? n : k, tb ? k : n);
   Eigen::Map<RowMajor> ec(c, m, n);
-  return time_it([&] { ec.noalias() = ea * eb; }, reps);
+  return time_it([&] {
+    if (ta && tb) {
+      ec.noalias() = ea.transpose() * eb.transpose();
+    } else if (ta) {
+      ec.noalias() = ea.transpose() * eb;
+    } else if (tb) {
+      ec.noalias() = ea * eb.transpose();
+    } else {
+      ec.noalias() = ea * eb;
+    }
+  }, reps, inner);
 #endif
+}
+
+// OpenBLAS's threads poll for ~0.1 s (2^28 cycles) after a multi-threaded call before
+// they sleep; strata's own timing must not share the cores with them.
+void let_reference_threads_sleep(int threads) {
+#if STRATA_HAS_OPENBLAS
+  if (threads > 1) std::this_thread::sleep_for(std::chrono::milliseconds(150));
+#else
+  (void)threads;
+#endif
+}
+
+// strata's matmul of an m x n x k product (operands stored transposed when ta / tb) and
+// the reference GEMM on the same operands, in alternating rounds (strata, then the
+// reference, then a pause for the reference's threads) so that a load change on the
+// machine hits both; each round times enough calls for ~2 ms. Returns {strata, reference}
+// with each one's median over the rounds.
+std::pair<Timing, Timing> time_matmul_pair(int64_t m, int64_t n, int64_t k, bool ta, bool tb, int rounds) {
+  Tensor a = random::normal(ta ? Shape{k, m} : Shape{m, k}, 1);
+  Tensor b = random::normal(tb ? Shape{n, k} : Shape{k, n}, 2);
+  std::vector<float> c(static_cast<size_t>(m * n));
+  const double flops = 2.0 * double(m) * double(n) * double(k);
+  const int inner = int(std::clamp(2e-3 / (flops / 100e9), 1.0, 400.0));
+  const int threads = num_threads();
+  std::vector<double> ours, ref;
+  Timing t;
+  for (int r = 0; r < rounds; ++r) {
+    t = time_it([&] { matmul(a, b, ta, tb); }, 1, inner, r == 0 ? 2 : 1);
+    ours.push_back(t.median_s);
+    t = time_reference_sgemm(m, n, k, a.data<float>(), b.data<float>(), c.data(), threads, 1, ta, tb, inner);
+    ref.push_back(t.median_s);
+    let_reference_threads_sleep(threads);
+  }
+  auto stats = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    Timing s;
+    s.median_s = v[v.size() / 2];
+    s.min_s = v.front();
+    s.max_s = v.back();
+    return s;
+  };
+  return {stats(ours), stats(ref)};
 }
 
 double cpu_ghz() {
@@ -73,17 +129,15 @@ double peak_gflops_per_core() {
 
 Tensor randn(const Shape& s, uint64_t seed) { return random::normal(s, seed); }
 
-void add_matmul(std::vector<Result>& out, int64_t n, int reps) {
-  Tensor a = randn({n, n}, 1), b = randn({n, n}, 2);
+void add_matmul(std::vector<Result>& out, int64_t n, int rounds) {
   const double flops = 2.0 * double(n) * double(n) * double(n);
   const int threads = num_threads();
-  Timing ts = time_it([&] { matmul(a, b); }, reps);
-  std::vector<float> c(static_cast<size_t>(n * n));
-  Timing tb = time_reference_sgemm(n, n, n, a.data<float>(), b.data<float>(), c.data(), threads, reps);
+  const auto [ts, tb] = time_matmul_pair(n, n, n, false, false, rounds);
+  Tensor a = randn({n, n}, 1), b = randn({n, n}, 2);
   Eigen::setNbThreads(threads);
   Eigen::Map<const Eigen::Matrix<float, -1, -1, Eigen::RowMajor>> ea(a.data<float>(), n, n), eb(b.data<float>(), n, n);
   Eigen::Matrix<float, -1, -1, Eigen::RowMajor> ec(n, n);
-  Timing te = time_it([&] { ec.noalias() = ea * eb; }, reps);
+  Timing te = time_it([&] { ec.noalias() = ea * eb; }, rounds);
   const std::string name = "matmul f32 " + std::to_string(n) + "^3";
   out.push_back({"ops", name, flops / ts.median_s / 1e9, "GFLOP/s", ts.spread(),
                  std::string(kBlasName) + " (" + std::to_string(threads) + " thr)", flops / tb.median_s / 1e9});
@@ -94,6 +148,47 @@ void add_matmul(std::vector<Result>& out, int64_t n, int reps) {
     out.push_back({"ops", name + " (fraction of peak)", flops / ts.median_s / 1e9, "GFLOP/s", ts.spread(),
                    "machine peak " + std::to_string(int(peak)) + " GFLOP/s", peak});
   }
+}
+
+// The GEMMs of a training step, with the transposes autograd issues: for a dense layer
+// y = x w (x: batch x in, w: in x out) the forward product, dW = x^T dy and dx = dy w^T.
+void add_training_gemm(std::vector<Result>& out, const std::string& what, int64_t m, int64_t n, int64_t k, bool ta,
+                       bool tb, int rounds) {
+  const double flops = 2.0 * double(m) * double(n) * double(k);
+  const auto [ts, tb_] = time_matmul_pair(m, n, k, ta, tb, rounds);
+  const std::string name = "matmul f32 " + what + " " + std::to_string(m) + "x" + std::to_string(n) + "x" +
+                           std::to_string(k) + (ta ? " A^T" : "") + (tb ? " B^T" : "");
+  out.push_back({"ops", name, flops / ts.median_s / 1e9, "GFLOP/s", ts.spread(),
+                 std::string(kBlasName) + " (" + std::to_string(num_threads()) + " thr)", flops / tb_.median_s / 1e9});
+}
+
+void add_training_gemms(std::vector<Result>& out, bool quick, int rounds) {
+  // MLP 784-512-512-10 at batch 128 and 64: forward, dW and (past the first layer) dx.
+  const int64_t widths[] = {784, 512, 512, 10};
+  for (int64_t batch : quick ? std::vector<int64_t>{128} : std::vector<int64_t>{128, 64}) {
+    for (int l = 0; l < 3; ++l) {
+      const int64_t in = widths[l], o = widths[l + 1];
+      const std::string layer = "mlp b" + std::to_string(batch) + " " + std::to_string(in) + "-" + std::to_string(o);
+      add_training_gemm(out, layer + " fwd", batch, o, in, false, false, rounds);
+      add_training_gemm(out, layer + " dW", in, o, batch, true, false, rounds);
+      if (l > 0) add_training_gemm(out, layer + " dx", batch, in, o, false, true, rounds);
+    }
+  }
+  if (quick) return;
+  // MNIST CNN, batch 64: the im2col GEMMs of conv 3x3 1->32 (26x26) and 32->64 (24x24) with
+  // their weight and input gradients, then dense 9216->128 and 128->10.
+  const int64_t b = 64;
+  add_training_gemm(out, "cnn conv1 fwd", b * 26 * 26, 32, 9, false, false, rounds);
+  add_training_gemm(out, "cnn conv1 dW", 9, 32, b * 26 * 26, true, false, rounds);
+  add_training_gemm(out, "cnn conv2 fwd", b * 24 * 24, 64, 288, false, false, rounds);
+  add_training_gemm(out, "cnn conv2 dW", 288, 64, b * 24 * 24, true, false, rounds);
+  add_training_gemm(out, "cnn conv2 dcol", b * 24 * 24, 288, 64, false, true, rounds);
+  add_training_gemm(out, "cnn dense1 fwd", b, 128, 9216, false, false, rounds);
+  add_training_gemm(out, "cnn dense1 dW", 9216, 128, b, true, false, rounds);
+  add_training_gemm(out, "cnn dense1 dx", b, 9216, 128, false, true, rounds);
+  add_training_gemm(out, "cnn dense2 fwd", b, 10, 128, false, false, rounds);
+  add_training_gemm(out, "cnn dense2 dW", 128, 10, b, true, false, rounds);
+  add_training_gemm(out, "cnn dense2 dx", b, 128, 10, false, true, rounds);
 }
 
 void add_elementwise(std::vector<Result>& out, int64_t n, int reps) {
@@ -183,9 +278,10 @@ void add_conv(std::vector<Result>& out, int64_t batch, int64_t hw, int64_t cin, 
 std::vector<Result> ops_suite(const Options& o) {
   std::vector<Result> out;
   const int reps = o.quick ? 2 : 7;
-  for (int64_t n : o.quick ? std::vector<int64_t>{128, 256} : std::vector<int64_t>{256, 512, 1024, 2048, 4096}) {
-    add_matmul(out, n, n >= 2048 ? std::max(2, reps / 2) : reps);
+  for (int64_t n : o.quick ? std::vector<int64_t>{128, 256} : std::vector<int64_t>{128, 256, 512, 1024, 2048, 4096}) {
+    add_matmul(out, n, n >= 2048 ? std::max(3, reps / 2) : reps);
   }
+  add_training_gemms(out, o.quick, reps);
   add_elementwise(out, o.quick ? (int64_t(1) << 20) : (int64_t(16) << 20), reps);
   add_softmax(out, o.quick ? 64 : 1024, 1024, reps);
   if (o.quick) {

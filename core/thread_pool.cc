@@ -1,11 +1,12 @@
 #include <strata/core/thread_pool.h>
 
 #include <algorithm>
-#include <exception>
-#include <memory>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <exception>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -14,18 +15,31 @@ namespace strata {
 
 namespace {
 
-// A fixed set of sleeping workers. A parallel_for posts one Job (a range split into
-// `parts` chunks); workers and the caller claim chunks with the job's atomic counter, and
-// the caller waits until every chunk is done. Each job is its own object, so a worker that
-// wakes late can never take a chunk of a newer job with an old index. Workers never spin
-// (PLATFORM.md: spinning threads steal the cores from replica threads).
+using Clock = std::chrono::steady_clock;
+
+// How long a worker polls for the next job after finishing one, and how long the caller
+// polls for the workers' chunks before sleeping. Waking a sleeping thread costs ~25-50 us
+// on these machines (PLATFORM.md), as much as a whole 128^3 GEMM, so ops issued back to
+// back (a layer's forward and gradient GEMMs) must find the worker awake. The polls are
+// bounded and yield the core on every turn: a spinning worker must not steal a core from
+// replica threads or from a second training process on the same machine.
+constexpr auto kWorkerPoll = std::chrono::microseconds(50);
+constexpr auto kCallerPoll = std::chrono::microseconds(100);
+
+thread_local bool t_in_chunk = false;  // inside a pool chunk: nested work runs inline
+
+// A fixed set of workers. A parallel_for posts one Job (a range split into `parts`
+// chunks); workers and the caller claim chunks with the job's atomic counter, so the
+// caller takes every chunk no worker has claimed yet and never waits for a worker that is
+// still waking up. Each job is its own object, so a worker that wakes late can never take
+// a chunk of a newer job with an old index.
 struct Job {
   const std::function<void(int64_t, int64_t)>* fn = nullptr;
   int64_t n = 0;
   int parts = 0;
   std::atomic<int> next{0};
-  int pending = 0;  // guarded by Pool::mutex_
-  std::exception_ptr error;
+  std::atomic<int> pending{0};  // chunks not finished yet
+  std::exception_ptr error;     // guarded by Pool::mutex_
 };
 
 class Pool {
@@ -33,13 +47,14 @@ class Pool {
   explicit Pool(int threads) { resize(threads); }
   ~Pool() { stop(); }
 
-  int size() const { return int(workers_.size()) + 1; }
+  int size() const { return size_.load(std::memory_order_relaxed); }
 
   void resize(int threads) {
     std::lock_guard<std::mutex> run(run_mutex_);
     stop();
     stopping_ = false;
     for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { worker_loop(); });
+    size_.store(int(workers_.size()) + 1, std::memory_order_relaxed);
   }
 
   void run(int64_t n, int parts, const std::function<void(int64_t, int64_t)>& fn) {
@@ -53,47 +68,74 @@ class Pool {
     job->fn = &fn;
     job->n = n;
     job->parts = parts;
-    job->pending = parts;
+    job->pending.store(parts, std::memory_order_relaxed);
     {
       std::lock_guard<std::mutex> lock(mutex_);
       job_ = job;
-      ++generation_;
+      generation_.fetch_add(1, std::memory_order_release);
     }
+    // Cheap when every worker is polling (glibc returns at once without waiters).
     wake_.notify_all();
     work(*job);
-    std::unique_lock<std::mutex> lock(mutex_);
-    done_.wait(lock, [&] { return job->pending == 0; });
-    job_.reset();
+    wait_done(*job);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      job_.reset();
+    }
     if (job->error) std::rethrow_exception(job->error);
   }
 
  private:
   void work(Job& job) {
+    t_in_chunk = true;
     for (;;) {
-      const int part = job.next.fetch_add(1);
-      if (part >= job.parts) return;
+      const int part = job.next.fetch_add(1, std::memory_order_relaxed);
+      if (part >= job.parts) break;
       const int64_t begin = job.n * part / job.parts, end = job.n * (part + 1) / job.parts;
-      std::exception_ptr error;
       try {
         (*job.fn)(begin, end);
       } catch (...) {
-        error = std::current_exception();
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (!job.error) job.error = std::current_exception();
       }
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (error && !job.error) job.error = error;
-      if (--job.pending == 0) done_.notify_all();
+      if (job.pending.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        // Under the mutex, so a caller between its check and its wait cannot miss it.
+        std::lock_guard<std::mutex> lock(mutex_);
+        done_.notify_all();
+      }
+    }
+    t_in_chunk = false;
+  }
+
+  // The caller polls for the last chunks (normally a worker's, finishing at about the
+  // same time as the caller's), then sleeps.
+  void wait_done(Job& job) {
+    const auto until = Clock::now() + kCallerPoll;
+    while (job.pending.load(std::memory_order_acquire) != 0) {
+      if (Clock::now() >= until) {
+        std::unique_lock<std::mutex> lock(mutex_);
+        done_.wait(lock, [&] { return job.pending.load(std::memory_order_acquire) == 0; });
+        return;
+      }
+      std::this_thread::yield();
     }
   }
 
   void worker_loop() {
     uint64_t seen = 0;
     for (;;) {
+      const auto until = Clock::now() + kWorkerPoll;
+      while (generation_.load(std::memory_order_acquire) == seen && Clock::now() < until) {
+        std::this_thread::yield();
+      }
       std::shared_ptr<Job> job;
       {
         std::unique_lock<std::mutex> lock(mutex_);
-        wake_.wait(lock, [&] { return stopping_ || (generation_ != seen && job_ != nullptr); });
+        wake_.wait(lock, [&] {
+          return stopping_ || (generation_.load(std::memory_order_relaxed) != seen && job_ != nullptr);
+        });
         if (stopping_) return;
-        seen = generation_;
+        seen = generation_.load(std::memory_order_relaxed);
         job = job_;
       }
       work(*job);
@@ -108,15 +150,17 @@ class Pool {
     wake_.notify_all();
     for (auto& t : workers_) t.join();
     workers_.clear();
+    size_.store(1, std::memory_order_relaxed);
   }
 
   std::mutex run_mutex_;
   std::mutex mutex_;
   std::condition_variable wake_, done_;
   std::vector<std::thread> workers_;
-  std::shared_ptr<Job> job_;
-  uint64_t generation_ = 0;
-  bool stopping_ = false;
+  std::atomic<int> size_{1};
+  std::shared_ptr<Job> job_;                // guarded by mutex_
+  std::atomic<uint64_t> generation_{0};     // written under mutex_, polled without it
+  bool stopping_ = false;                   // guarded by mutex_
 };
 
 int default_threads() {
@@ -141,16 +185,31 @@ void set_num_threads(int n) { pool().resize(std::max(1, n)); }
 void set_thread_parallelism_limit(int max_threads) { t_limit = max_threads; }
 int thread_parallelism_limit() { return t_limit; }
 
+int available_threads() {
+  if (t_in_chunk) return 1;
+  const int threads = num_threads();
+  return t_limit > 0 ? std::min(threads, t_limit) : threads;
+}
+
 void parallel_for(int64_t n, double cost_per_item,
                   const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;
-  int threads = num_threads();
-  if (t_limit > 0) threads = std::min(threads, t_limit);
+  const int threads = available_threads();
   // ~0.5 ms of work per extra thread repays its wake-up (PLATFORM.md).
   constexpr double kMinWorkPerThreadNs = 250000.0;
   const double total = double(n) * cost_per_item;
   int parts = int(std::min<double>(threads, total / kMinWorkPerThreadNs));
   parts = int(std::min<int64_t>(parts, n));
+  if (parts <= 1) {
+    fn(0, n);
+    return;
+  }
+  pool().run(n, parts, fn);
+}
+
+void parallel_for_parts(int64_t n, int parts, const std::function<void(int64_t, int64_t)>& fn) {
+  if (n <= 0) return;
+  parts = int(std::min<int64_t>({int64_t(parts), n, int64_t(available_threads())}));
   if (parts <= 1) {
     fn(0, n);
     return;

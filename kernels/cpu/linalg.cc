@@ -1,12 +1,15 @@
 // CPU matmul: OpenBLAS's sgemm/dgemm (pthread build held at one thread, PLATFORM.md; Eigen's
-// own GEMM in builds without OpenBLAS, kernels/cpu/gemm.h), split by rows of M across
-// strata's pool for one large product, or by batch for batched products. Strided operands
+// own GEMM in builds without OpenBLAS, kernels/cpu/gemm.h), split by rows or columns
+// across strata's pool for one product (kernels/cpu/gemm_split.h), or by batch for batched
+// products. Strided operands
 // whose last two axes are row- or column-major are passed to BLAS as they are (with the
 // transpose flag flipped); others are copied once.
 #include <cstring>
 
 #include <strata/core/dispatch.h>
+#include <strata/core/thread_pool.h>
 #include <strata/kernels/cpu/gemm.h>
+#include <strata/kernels/cpu/gemm_split.h>
 #include <strata/kernels/cpu/loops.h>
 
 namespace strata::cpu_kernels {
@@ -92,17 +95,21 @@ void matmul_typed(const Operand& A, const Operand& B, bool ta, bool tb, const Te
     }
     return off;
   };
-  // ~100 GFLOP/s per core, scaled by 2.5: parallel_for keeps work under ~0.5 ms on one
-  // thread, but a GEMM already repays a wake-up (~25-50 us) from ~0.2 ms (256^3 at 1 thread
-  // was 0.4x two-thread OpenBLAS).
-  const double flops_ns = 2.0 * double(k) * double(n) * 0.01 * 2.5;
   if (batches == 1) {
-    parallel_for(m, flops_ns, [&](int64_t r0, int64_t r1) {
+    // One product: split along the larger of m and n when the parts repay the threads
+    // (kernels/cpu/gemm_split.h).
+    const GemmSplit split = plan_gemm_split(m, n, k, available_threads());
+    run_gemm_split(split, m, n, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
       const T* a = pa + r0 * (eff_ta ? 1 : A.ld);
-      gemm_typed<T>(eff_ta, eff_tb, r1 - r0, n, k, a, A.ld, pb, B.ld, pc + r0 * n, n);
+      const T* b = pb + c0 * (eff_tb ? B.ld : 1);
+      gemm_typed<T>(eff_ta, eff_tb, r1 - r0, c1 - c0, k, a, A.ld, b, B.ld, pc + r0 * n + c0, n);
     });
     return;
   }
+  // Batched products: whole products per thread. ~100 GFLOP/s per core, scaled by 2.5:
+  // parallel_for keeps work under ~0.5 ms on one thread, but a GEMM already repays a
+  // wake-up (~25-50 us) from ~0.2 ms.
+  const double flops_ns = 2.0 * double(k) * double(n) * 0.01 * 2.5;
   parallel_for(batches, flops_ns * double(m), [&](int64_t b0, int64_t b1) {
     for (int64_t bi = b0; bi < b1; ++bi) {
       gemm_typed<T>(eff_ta, eff_tb, m, n, k, pa + batch_offset(bi, A.batch_strides), A.ld,

@@ -1,11 +1,14 @@
 // The intra-op pool: every index covered exactly once, exceptions from any chunk reach
 // the caller, nested and concurrent callers never deadlock, and the per-thread limit.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <mutex>
 #include <set>
 #include <stdexcept>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "tests/core/core_test_helpers.h"
 
@@ -108,4 +111,51 @@ TEST_CASE("thread pool: resizing", "[threads]") {
   set_num_threads(0);  // clamped to one: the caller alone
   CHECK(num_threads() == 1);
   set_num_threads(previous);
+}
+
+TEST_CASE("thread pool: parallel_for_parts runs the requested parts, capped by the threads", "[threads]") {
+  testing::ThreadCountGuard g(2);
+  CHECK(available_threads() == 2);
+  for (int parts : {0, 1, 2, 3, 8}) {
+    std::mutex m;
+    std::vector<std::pair<int64_t, int64_t>> ranges;
+    std::vector<int> inner;
+    parallel_for_parts(10, parts, [&](int64_t b, int64_t e) {
+      std::lock_guard<std::mutex> lock(m);
+      ranges.emplace_back(b, e);
+      inner.push_back(available_threads());  // nested work inside a chunk runs inline
+    });
+    std::sort(ranges.begin(), ranges.end());
+    const size_t expected = size_t(std::clamp(parts, 1, 2));
+    REQUIRE(ranges.size() == expected);
+    CHECK(ranges.front().first == 0);
+    CHECK(ranges.back().second == 10);
+    for (size_t i = 1; i < ranges.size(); ++i) CHECK(ranges[i].first == ranges[i - 1].second);
+    if (expected > 1) {
+      for (int t : inner) CHECK(t == 1);
+    }
+  }
+  CHECK(available_threads() == 2);  // restored after the chunks
+  set_thread_parallelism_limit(1);
+  CHECK(available_threads() == 1);
+  int calls = 0;
+  parallel_for_parts(10, 2, [&](int64_t b, int64_t e) {
+    ++calls;
+    CHECK(b == 0);
+    CHECK(e == 10);
+  });
+  CHECK(calls == 1);
+  set_thread_parallelism_limit(0);
+}
+
+TEST_CASE("thread pool: back-to-back small jobs and jobs after the workers slept", "[threads]") {
+  testing::ThreadCountGuard g(2);
+  // Many short jobs in a row (the workers are polling) and jobs after a pause longer than
+  // the workers' poll (they sleep): every index is covered once each time.
+  for (int round = 0; round < 2000; ++round) {
+    if (round % 500 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    std::atomic<int64_t> total{0};
+    parallel_for_parts(64, 2, [&](int64_t b, int64_t e) { total += e - b; });
+    REQUIRE(total == 64);
+  }
 }
