@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 
+#include <strata/autograd/gradient_hook.h>
 #include <strata/autograd/gradient_registry.h>
 #include <strata/core/ops.h>
 #include <strata/core/recorder.h>
@@ -42,6 +43,8 @@ const std::vector<Tensor>& undefined_inputs(size_t n) {
   return table[n];
 }
 
+thread_local GradientReadyHook* t_gradient_hook = nullptr;
+
 // Decrements a pause counter on scope exit (even when a VJP throws).
 struct PauseGuard {
   int& counter;
@@ -50,6 +53,10 @@ struct PauseGuard {
 };
 
 }  // namespace
+
+GradientHookScope::GradientHookScope(GradientReadyHook* hook) : saved_(t_gradient_hook) { t_gradient_hook = hook; }
+GradientHookScope::~GradientHookScope() { t_gradient_hook = saved_; }
+GradientReadyHook* current_gradient_hook() { return t_gradient_hook; }
 
 bool is_recording() {
   if (thread_recorder() == nullptr) return false;
@@ -200,10 +207,54 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
     }
   }
 
-  // Backward sweep, newest op first.
+  // With a gradient-ready hook: the watched variables among the sources, each with the
+  // oldest node that reads it. Walking backwards, a variable's gradient is final once that
+  // node has been processed (no older node can add to it).
+  GradientReadyHook* const hook = hook_enabled_ ? t_gradient_hook : nullptr;
+  std::vector<std::pair<uint64_t, Variable>> hooked;      // source id, its variable
+  std::unordered_map<size_t, std::vector<size_t>> ready_after;  // node index -> hooked entries
+  std::vector<bool> reported;
+  if (hook) {
+    for (const Variable& v : variables_) {
+      const uint64_t id = v.value().id();
+      if (!source_ids.contains(id)) continue;
+      bool seen = false;
+      for (const auto& h : hooked) seen = seen || h.first == id;
+      if (!seen) hooked.emplace_back(id, v);
+    }
+    std::unordered_map<uint64_t, size_t> oldest_use;
+    for (size_t k = 0; k < hooked.size(); ++k) oldest_use.emplace(hooked[k].first, nodes_.size());
+    for (size_t i = 0; i < nodes_.size() && !oldest_use.empty(); ++i) {
+      for (uint64_t id : nodes_[i].input_ids) {
+        auto it = oldest_use.find(id);
+        if (it != oldest_use.end() && it->second == nodes_.size()) it->second = i;
+      }
+    }
+    for (size_t k = 0; k < hooked.size(); ++k) {
+      const size_t at = oldest_use.at(hooked[k].first);
+      if (at < nodes_.size()) ready_after[at].push_back(k);
+    }
+    reported.assign(hooked.size(), false);
+  }
   std::unordered_map<uint64_t, Tensor> grads;
+  auto report = [&](size_t k) {
+    if (reported[k]) return;
+    auto it = grads.find(hooked[k].first);
+    if (it == grads.end()) return;  // no gradient: unconnected
+    reported[k] = true;
+    hook->gradient_ready(hooked[k].second, it->second);
+  };
+
+  // Backward sweep, newest op first.
   if (reach.contains(target.id())) grads.emplace(target.id(), seed);
   for (size_t i = nodes_.size(); i-- > 0 && !grads.empty();) {
+    if (hook) {
+      // Node i+1 was the oldest reader of these variables: their gradients are final.
+      auto ready = ready_after.find(i + 1);
+      if (ready != ready_after.end()) {
+        for (size_t k : ready->second) report(k);
+      }
+    }
     const TapeNode& node = nodes_[i];
     auto it = grads.find(node.output_id);
     if (it == grads.end()) continue;
@@ -239,6 +290,12 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
       auto [pos, inserted] = grads.emplace(id, gk);
       if (!inserted) pos->second = add(pos->second, gk);
     }
+  }
+
+  if (hook) {
+    // The rest: read only by the oldest node, or the target itself.
+    for (size_t k = 0; k < hooked.size(); ++k) report(k);
+    hook->backward_done();
   }
 
   std::vector<Tensor> result;
@@ -280,6 +337,8 @@ Tensor GradientTape::jacobian(const Tensor& target, const Tensor& source,
   STRATA_CHECK(!used_, "GradientTape.jacobian: this non-persistent tape was already used");
   const bool was_persistent = persistent_;
   persistent_ = true;
+  // A Jacobian's rows are not gradients to apply: the gradient-ready hook is not told.
+  hook_enabled_ = false;
   std::vector<Tensor> rows;
   const int64_t n = target.numel();
   try {
@@ -293,9 +352,11 @@ Tensor GradientTape::jacobian(const Tensor& target, const Tensor& source,
     }
   } catch (...) {
     persistent_ = was_persistent;
+    hook_enabled_ = true;
     throw;
   }
   persistent_ = was_persistent;
+  hook_enabled_ = true;
   if (!persistent_) {
     used_ = true;
     nodes_.clear();

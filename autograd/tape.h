@@ -54,6 +54,8 @@ class GradientTape {
   std::vector<Variable> watched_variables() const { return variables_; }
 
   // d target / d sources. Without output_gradients the target must have one element.
+  // With a GradientReadyHook installed on the thread (autograd/gradient_hook.h), each
+  // watched variable among the sources is reported to it as soon as its gradient is final.
   std::vector<Tensor> gradient(const Tensor& target, const std::vector<Tensor>& sources,
                                const std::vector<Tensor>& output_gradients = {},
                                UnconnectedGradients unconnected = UnconnectedGradients::None);
@@ -90,6 +92,7 @@ class GradientTape {
   bool used_ = false;       // a non-persistent tape's gradient() was called
   int paused_ = 0;          // > 0 while this tape computes a gradient
   int stop_depth_ = 0;      // StopRecording scopes alive on this thread when the tape began
+  bool hook_enabled_ = true;  // false while jacobian() runs (autograd/gradient_hook.h)
   IdSet watched_;  // watched tensors and everything computed from them
   std::unordered_map<uint64_t, Tensor> watched_tensors_;  // explicitly watched (kept alive)
   std::vector<Variable> variables_;

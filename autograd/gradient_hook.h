@@ -1,0 +1,42 @@
+// GradientReadyHook: told by GradientTape::gradient, while it walks the tape backwards,
+// the moment a watched variable's gradient is final (every contribution accumulated), so
+// that a data-parallel strategy can start reducing it while backward still runs (what
+// PyTorch DDP's autograd hooks do; distribute/gradient_reducer.h is the user).
+//
+// A hook is installed per thread for a scope (Strategy::run installs one on each replica
+// thread). Without one, the tape does no extra work.
+#pragma once
+
+#include <strata/autograd/variable.h>
+#include <strata/core/tensor.h>
+
+namespace strata::autograd {
+
+class GradientReadyHook {
+ public:
+  virtual ~GradientReadyHook() = default;
+  // `gradient` is what gradient() returns for `variable` (same tensor), final: nothing
+  // later in this backward pass adds to it. Called on the thread computing the gradient,
+  // once per variable source that receives a gradient, in the order they become final.
+  virtual void gradient_ready(const Variable& variable, const Tensor& gradient) = 0;
+  // The backward pass finished (normally): every gradient it will report was reported.
+  virtual void backward_done() = 0;
+};
+
+// Installs `hook` (nullptr: none) on the calling thread for the scope's lifetime; the
+// previous hook is restored afterwards.
+class GradientHookScope {
+ public:
+  explicit GradientHookScope(GradientReadyHook* hook);
+  ~GradientHookScope();
+  GradientHookScope(const GradientHookScope&) = delete;
+  GradientHookScope& operator=(const GradientHookScope&) = delete;
+
+ private:
+  GradientReadyHook* saved_;
+};
+
+// The calling thread's hook, or nullptr.
+GradientReadyHook* current_gradient_hook();
+
+}  // namespace strata::autograd
