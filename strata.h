@@ -28,6 +28,7 @@
 #include <strata/train/optimizer_factory.h>
 #include <strata/train/policy.h>
 #include <strata/train/schedules.h>
+#include <strata/train/sharded_optimizer_state.h>
 #include <strata/train/sgd.h>
 #include <strata/train/summary_writer.h>
 #include <strata/train/trainer.h>

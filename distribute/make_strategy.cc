@@ -59,7 +59,22 @@ void check_no(const std::string& name, bool given, const char* option) {
 }
 }  // namespace
 
+namespace {
+std::unique_ptr<Strategy> build_strategy(const std::string& name, const StrategyOptions& options);
+}  // namespace
+
 std::unique_ptr<Strategy> make_strategy(const std::string& name, const StrategyOptions& options) {
+  STRATA_CHECK(!options.shard_optimizer_state || name != "central_storage",
+               "make_strategy('central_storage'): option shard_optimizer_state does not apply: the central_storage "
+               "strategy keeps a single copy of every variable and of its optimizer slots on the parameter device, so "
+               "there is no replicated optimizer state to shard (use 'mirrored' or 'multi_worker')");
+  std::unique_ptr<Strategy> strategy = build_strategy(name, options);
+  if (options.shard_optimizer_state) strategy->set_shard_optimizer_state(true);
+  return strategy;
+}
+
+namespace {
+std::unique_ptr<Strategy> build_strategy(const std::string& name, const StrategyOptions& options) {
   const bool ops_given = options.cross_device_ops != CrossDeviceOps::Default;
   if (name == "default") {
     check_no(name, options.virtual_gpus > 1, "virtual_gpus");
@@ -111,5 +126,7 @@ std::unique_ptr<Strategy> make_strategy(const std::string& name, const StrategyO
   }
   fail("make_strategy: unknown strategy '", name, "' (expected one of: ", names_list(), ")");
 }
+
+}  // namespace
 
 }  // namespace strata::distribute

@@ -40,6 +40,10 @@ struct StrategyOptions {
   CommunicationOptions communication = {};
   // central_storage only (default cpu:0).
   std::optional<Device> parameter_device = std::nullopt;
+  // ZeRO-1: shard the optimizer state across the replicas (Strategy::set_shard_optimizer_state,
+  // docs/ZERO.md). default, one_device (no effect: one replica), mirrored, multi_worker;
+  // central_storage refuses it.
+  bool shard_optimizer_state = false;
 };
 
 std::unique_ptr<Strategy> make_strategy(const std::string& name, const StrategyOptions& options = {});

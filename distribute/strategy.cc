@@ -131,6 +131,15 @@ void Strategy::require_cross_replica(const std::string& method, const std::strin
   }
 }
 
+void Strategy::set_shard_optimizer_state(bool on) {
+  require_cross_replica("Strategy::set_shard_optimizer_state", "set it before run()");
+  STRATA_CHECK(!on || dynamic_cast<const CentralStorageStrategy*>(this) == nullptr,
+               "Strategy::set_shard_optimizer_state: the ", quoted(*this),
+               " strategy keeps a single copy of every variable and of its optimizer slots on the parameter device, "
+               "so there is no replicated optimizer state to shard (ZeRO-1 applies to mirrored and multi_worker)");
+  shard_optimizer_state_.store(on, std::memory_order_relaxed);
+}
+
 void Strategy::check_run_allowed() const {
   require_cross_replica("Strategy::run", "call run() from cross-replica context only");
   STRATA_CHECK(t_replica_thread_of == nullptr, "Strategy::run: called on a replica thread of the ",

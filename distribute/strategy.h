@@ -22,6 +22,7 @@
 // context, or using a strategy inside the scope of a different one, throws.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -201,6 +202,16 @@ class Strategy {
   // reduce through the in-process backend, in device memory on GPUs).
   LocalCollectiveGroup* local_collectives() const { return local_collectives_.get(); }
 
+  // ZeRO-1 (docs/ZERO.md): when on, optimizers whose update is elementwise keep on each
+  // replica only its 1/num_replicas_in_sync() share of the slots of mirrored variables;
+  // gradients are reduce-scattered, each replica updates its share of every variable and
+  // the parameters are all-gathered (train/sharded_optimizer_state.h). Set it before the
+  // optimizer creates its slots (its first step, build() or a restore). Cross-replica
+  // context only; refused by CentralStorageStrategy, whose variables and slots already
+  // have a single copy. No effect with one replica in sync.
+  void set_shard_optimizer_state(bool on);
+  bool shard_optimizer_state() const { return shard_optimizer_state_.load(std::memory_order_relaxed); }
+
   // Throws unless the calling thread may call a cross-replica method of this strategy:
   // not in its replica context, not inside a different strategy's scope or replica.
   void require_cross_replica(const std::string& method, const std::string& hint = "") const;
@@ -241,6 +252,8 @@ class Strategy {
   std::vector<std::unique_ptr<LocalReplicaContext>> contexts_;
   std::mutex run_mutex_;  // one run() at a time
   std::unique_ptr<ReplicaThreads> threads_;
+  // Read by replica threads while they step; set from cross-replica context only.
+  std::atomic<bool> shard_optimizer_state_{false};
 };
 
 // The strategy of the innermost active scope on this thread, or the default strategy.

@@ -44,6 +44,8 @@ struct Config {
   // Keras's TerminateOnNaN (on unless --no-terminate-on-nan); --restore-checkpoint PATH
   // resumes from PATH instead of the latest checkpoint (e.g. when the latest is damaged).
   bool no_terminate_on_nan = false;
+  // ZeRO-1: each replica keeps only its share of the optimizer state (docs/ZERO.md).
+  bool shard_optimizer_state = false;
   std::string restore_checkpoint;
 };
 
@@ -150,6 +152,7 @@ std::unique_ptr<distribute::Strategy> build_strategy(const Config& c) {
     while (std::getline(ss, item, ',')) o.devices.push_back(Device::parse(item));
   }
   o.virtual_gpus = c.virtual_gpus;
+  o.shard_optimizer_state = c.shard_optimizer_state;
   o.communication.implementation = c.communication == "nccl"   ? distribute::CommunicationImplementation::Nccl
                                    : c.communication == "ring" ? distribute::CommunicationImplementation::Ring
                                                                : distribute::CommunicationImplementation::Auto;
@@ -272,6 +275,9 @@ int run(const Config& c) {
                c.restore_checkpoint, ".manifest.json; give the prefix, e.g. DIR/checkpoints/ckpt-200)");
   STRATA_CHECK(c.restore_checkpoint.empty() || c.strategy != "parameter_server",
                "--restore-checkpoint is not supported with --strategy parameter_server");
+  STRATA_CHECK(!c.shard_optimizer_state || c.strategy != "parameter_server",
+               "--shard-optimizer-state applies to the synchronous strategies (mirrored, multi_worker); with "
+               "--strategy parameter_server the parameter servers already hold one copy of the optimizer state");
   if (c.strategy == "parameter_server") return run_parameter_server_job(c);
   auto strategy = build_strategy(c);
   Datasets d = load_data(c);
@@ -387,6 +393,12 @@ int run(const Config& c) {
       {"eval_examples", d.eval.size()},
       {"checkpoint", controller.last_checkpoint()},
   };
+  // ZeRO-1 (docs/ZERO.md): the optimizer's slot bytes, one whole copy and the most one
+  // replica holds (the same unsharded; about 1/replicas of it sharded).
+  const optim::OptimizerStateBytes state_bytes = optim::optimizer_state_bytes(opt);
+  report["shard_optimizer_state"] = strategy->shard_optimizer_state();
+  report["optimizer_state_bytes_per_replica"] = state_bytes.per_replica;
+  report["optimizer_state_bytes_total"] = state_bytes.total;
   if (chief) {
     std::cerr << "strata-train: eval accuracy " << report["eval_accuracy"] << ", loss " << report["eval_loss"]
               << " after " << report["steps"] << " steps (" << wall << " s)\n"
@@ -462,6 +474,10 @@ int main(int argc, char** argv) {
                  "multi_worker: fail naming a worker that runs but does not reach a collective for this many seconds "
                  "(default: the larger of 300 and --collective-timeout)")
       ->check(CLI::Range(0.1, 1e6));
+  app.add_flag("--shard-optimizer-state", c.shard_optimizer_state,
+               "ZeRO-1: each replica keeps and updates only its 1/replicas share of the optimizer state "
+               "(gradients reduce-scattered, parameters all-gathered); mirrored, multi_worker (no effect with one "
+               "replica); checkpoints stay interchangeable with unsharded runs");
   app.add_flag("--quiet", c.quiet, "no progress output");
   app.add_flag("--verbose", c.verbose, "progress after every loop");
   try {

@@ -40,6 +40,7 @@ class AdamImpl : public OptimizerImpl {
  public:
   AdamImpl(std::string name, LearningRate learning_rate, AdamOptions options, bool decoupled);
   std::vector<std::string> slot_names() const override { return {"m", "v"}; }
+  bool elementwise() const override { return true; }
   void update(const Tensor& param, const Tensor& grad, std::span<const Tensor> slots,
               const UpdateContext& ctx) const override;
   const AdamOptions& options() const { return options_; }

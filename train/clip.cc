@@ -9,11 +9,7 @@
 
 namespace strata::optim {
 
-namespace {
-
-// The sum of squares of every element of the defined tensors, accumulated in float64 on
-// the first one's device (per-tensor sums added in order; no host read), or undefined when
-// there is no element at all.
+// Per-tensor sums in float64 added in order on the first tensor's device; no host read.
 Tensor sum_of_squares(const std::vector<Tensor>& tensors) {
   Tensor total;
   for (const auto& t : tensors) {
@@ -31,8 +27,6 @@ Tensor sum_of_squares(const std::vector<Tensor>& tensors) {
   return total;
 }
 
-}  // namespace
-
 Tensor global_norm_tensor(const std::vector<Tensor>& tensors) {
   autograd::StopRecording no_tape;
   const Tensor total = sum_of_squares(tensors);
@@ -47,7 +41,7 @@ std::vector<Tensor> clip_gradients_by_global_norm(const std::vector<Tensor>& gra
                                                   Tensor* global_norm) {
   STRATA_CHECK(clip_norm > 0 && std::isfinite(clip_norm),
                "optim::clip_by_global_norm: clip_norm must be positive and finite, got ", clip_norm);
-  Tensor scale;
+  Tensor norm;
   {
     autograd::StopRecording no_tape;
     const Tensor total = sum_of_squares(gradients);
@@ -55,8 +49,22 @@ std::vector<Tensor> clip_gradients_by_global_norm(const std::vector<Tensor>& gra
       if (global_norm) *global_norm = Tensor::scalar(0.0, kFloat64);
       return gradients;
     }
-    const Tensor norm = sqrt(total);
-    if (global_norm) *global_norm = norm;
+    norm = sqrt(total);
+  }
+  if (global_norm) *global_norm = norm;
+  return scale_gradients_to_norm(gradients, norm, clip_norm);
+}
+
+std::vector<Tensor> scale_gradients_to_norm(const std::vector<Tensor>& gradients, const Tensor& norm,
+                                            double clip_norm) {
+  STRATA_CHECK(clip_norm > 0 && std::isfinite(clip_norm),
+               "optim::clip_by_global_norm: clip_norm must be positive and finite, got ", clip_norm);
+  STRATA_CHECK(norm.defined() && norm.ndim() == 0 && norm.dtype() == kFloat64,
+               "optim::scale_gradients_to_norm: the norm must be a 0-d float64 tensor, got ",
+               norm.defined() ? dtype_name(norm.dtype()) + shape_str(norm.shape()) : std::string("undefined"));
+  Tensor scale;
+  {
+    autograd::StopRecording no_tape;
     // clip_norm / max(norm, clip_norm), and NaN for a non-finite norm as in TensorFlow.
     scale = where(is_finite(norm), clip_norm / maximum(norm, scalar_like(norm, clip_norm)),
                   scalar_like(norm, std::numeric_limits<double>::quiet_NaN()));

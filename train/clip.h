@@ -24,6 +24,16 @@ ClippedGradients clip_by_global_norm(const std::vector<Tensor>& gradients, doubl
 std::vector<Tensor> clip_gradients_by_global_norm(const std::vector<Tensor>& gradients, double clip_norm,
                                                   Tensor* global_norm = nullptr);
 
+// Each gradient scaled by clip_norm / max(norm, clip_norm) (NaN for a non-finite norm):
+// the second half of clip_gradients_by_global_norm, for a norm (0-d float64) computed
+// elsewhere — ZeRO-1 adds the replicas' partial sums of squares of their shards.
+std::vector<Tensor> scale_gradients_to_norm(const std::vector<Tensor>& gradients, const Tensor& norm,
+                                            double clip_norm);
+
+// The sum of every element squared over all defined tensors, accumulated in float64 (a
+// 0-d tensor on the first one's device), or undefined when there is no element at all.
+Tensor sum_of_squares(const std::vector<Tensor>& tensors);
+
 // sqrt(sum of squares) over all defined tensors, accumulated in float64: as a 0-d float64
 // tensor on the first defined tensor's device (the current device when there is none), or
 // read to the host.

@@ -7,6 +7,7 @@
 #include <strata/distribute/replica_context.h>
 #include <strata/distribute/strategy.h>
 #include <strata/train/clip.h>
+#include <strata/train/sharded_optimizer_state.h>
 
 namespace strata::optim {
 
@@ -81,11 +82,16 @@ std::vector<Variable> Optimizer::get_or_create_slots(const Variable& var) const 
   autograd::StopRecording no_tape;
   OptimizerImpl::SlotSet set;
   set.variable = var;
-  for (const auto& slot : s.slot_names()) {
-    VariableOptions options;
-    options.name = var.name() + "/" + slot;
-    options.trainable = false;
-    set.slots.emplace_back(var.impl().make_like(zeros_like(var.value()), options));
+  if (slots_are_sharded(var)) {
+    // ZeRO-1: each replica holds its chunk only (train/sharded_optimizer_state.h).
+    set.slots = create_sharded_slots(s.slot_names(), var);
+  } else {
+    for (const auto& slot : s.slot_names()) {
+      VariableOptions options;
+      options.name = var.name() + "/" + slot;
+      options.trainable = false;
+      set.slots.emplace_back(var.impl().make_like(zeros_like(var.value()), options));
+    }
   }
   std::lock_guard<std::mutex> lock(s.mu_);
   auto [it, inserted] = s.slots_.emplace(var.impl_ptr().get(), std::move(set));
@@ -196,6 +202,10 @@ void Optimizer::apply_gradients(const std::vector<Tensor>& grads, const std::vec
                                 bool aggregate_gradients) const {
   if (impl().wrapped()) {
     impl().apply_wrapped(grads, vars, aggregate_gradients);
+    return;
+  }
+  if (sharded_step()) {  // ZeRO-1
+    apply_sharded(grads, vars, aggregate_gradients);
     return;
   }
   OptimizerImpl& s = impl();

@@ -5,6 +5,10 @@
 // Optimizers are cheap copyable handles on shared state, so `opt = optim::Adam(1e-3)`
 // rebinds a declared optimizer (inside a strategy's scope, to create its variables there).
 //
+// Under a strategy with shard_optimizer_state (ZeRO-1, docs/ZERO.md) apply_gradients
+// reduce-scatters instead, and each replica keeps and updates only its shard of the slots
+// (train/sharded_optimizer_state.h); the results are bitwise those described here.
+//
 // apply_gradients(grads, vars), in order:
 //   1. In a replica context with more than one replica in sync, every defined gradient is
 //      summed across replicas in one all_reduce (undefined gradients are skipped), unless
@@ -70,6 +74,11 @@ class OptimizerImpl {
                       const UpdateContext& ctx) const = 0;
 
   const std::string& name() const { return name_; }
+  double global_clipnorm() const { return global_clipnorm_; }
+  // True when update() treats every element on its own (param, grad and slots elementwise,
+  // no reduction over the tensor): such an update may run on any flat range of a variable,
+  // which is what ZeRO-1 needs (train/sharded_optimizer_state.h). SGD, Adam and AdamW.
+  virtual bool elementwise() const { return false; }
 
   // ---- for optimizers that wrap another (LossScaleOptimizer) ----
   // The wrapped optimizer's state; nullptr for an optimizer that updates variables itself.
@@ -149,6 +158,10 @@ class Optimizer {
   // Advances `iterations` by one without updating any variable (a step a wrapper
   // skipped), on every replica alike (once when the counter is shared).
   void increment_iterations() const;
+  // apply_gradients under a strategy that shards the optimizer state (ZeRO-1; defined in
+  // train/sharded_optimizer_state.cc).
+  void apply_sharded(const std::vector<Tensor>& grads, const std::vector<Variable>& vars,
+                     bool aggregate_gradients) const;
 
   std::shared_ptr<OptimizerImpl> impl_;
 };

@@ -19,6 +19,7 @@ struct SGDOptions {
 class SGDImpl : public OptimizerImpl {
  public:
   SGDImpl(LearningRate learning_rate, SGDOptions options);
+  bool elementwise() const override { return true; }
   std::vector<std::string> slot_names() const override;
   void update(const Tensor& param, const Tensor& grad, std::span<const Tensor> slots,
               const UpdateContext& ctx) const override;

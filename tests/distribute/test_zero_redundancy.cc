@@ -1,0 +1,412 @@
+// ZeRO-1 (sharded optimizer state, train/sharded_optimizer_state.h) in one process:
+//  - every synchronous strategy trains bitwise as without it (weights, whole slots and
+//    losses), for SGD with momentum, Adam and AdamW, over 2, 3 and 4 replicas (chunks of
+//    uneven and empty sizes), and within rounding with global-norm clipping;
+//  - each replica holds its 1/N chunk of the optimizer state;
+//  - checkpoints move between sharded and plain strategies and replica counts both ways;
+//  - what cannot be sharded is refused by name.
+// The 2-process case (multi_worker over Gloo) is in test_zero_multi_worker.cc.
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <filesystem>
+#include <random>
+
+#include <strata/autograd/autograd.h>
+#include <strata/core/ops.h>
+#include <strata/data/dataset.h>
+#include <strata/distribute/distributed_dataset.h>
+#include <strata/distribute/loss_scaling.h>
+#include <strata/distribute/make_strategy.h>
+#include <strata/distribute/strategy.h>
+#include <strata/train/adam.h>
+#include <strata/train/checkpoint.h>
+#include <strata/train/checkpoint_file.h>
+#include <strata/train/losses.h>
+#include <strata/train/nn/activations.h>
+#include <strata/train/nn/dense.h>
+#include <strata/train/nn/sequential.h>
+#include <strata/train/sgd.h>
+#include <strata/train/sharded_optimizer_state.h>
+#include "tests/distribute/strategy_cases.h"
+
+using namespace strata;
+using namespace strata::distribute;
+namespace fs = std::filesystem;
+
+namespace {
+// Kernel 12x16 (192: 3 chunks of 64, 4 of 48), bias 16, kernel 16x4 (64), bias 4 (over 3
+// replicas: chunks of 2, 2 and 0).
+constexpr int64_t kFeatures = 12, kHidden = 16, kClasses = 4, kGlobalBatch = 10, kExamples = 56;
+
+data::Dataset make_dataset() {
+  std::mt19937 gen(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(size_t(kExamples * kFeatures));
+  for (auto& v : x) v = normal(gen);
+  std::vector<int64_t> y(static_cast<size_t>(kExamples));
+  for (int64_t i = 0; i < kExamples; ++i) {
+    float s = 0;
+    for (int64_t f = 0; f < 3; ++f) s += x[size_t(i * kFeatures + f)];
+    y[size_t(i)] = s > 1 ? 3 : s > 0 ? 2 : s > -1 ? 1 : 0;
+  }
+  return data::Dataset::from_tensor_slices(
+             std::vector<Tensor>{Tensor::from_vector(x, {kExamples, kFeatures}), Tensor::from_vector(y, {kExamples})})
+      .batch(kGlobalBatch);  // 5 batches of 10 and a last one of 6
+}
+
+enum class Opt { SGD, Adam, AdamW, SGDClipped, SGDUnclipped };
+const char* opt_name(Opt o) {
+  switch (o) {
+    case Opt::SGD: return "SGD(momentum 0.9, nesterov, weight decay)";
+    case Opt::Adam: return "Adam";
+    case Opt::AdamW: return "AdamW";
+    case Opt::SGDClipped: return "SGD(momentum 0.9, global_clipnorm 0.05)";
+    case Opt::SGDUnclipped: return "SGD(momentum 0.9)";
+  }
+  return "?";
+}
+
+optim::Optimizer make_optimizer(Opt o) {
+  switch (o) {
+    case Opt::SGD: return optim::SGD(0.1, {.momentum = 0.9, .nesterov = true, .weight_decay = 1e-3});
+    case Opt::Adam: return optim::Adam(0.01);
+    case Opt::AdamW: return optim::AdamW(0.01, {.weight_decay = 0.05});
+    case Opt::SGDClipped: return optim::SGD(0.1, {.momentum = 0.9, .global_clipnorm = 0.05});
+    case Opt::SGDUnclipped: return optim::SGD(0.1, {.momentum = 0.9});
+  }
+  return {};
+}
+
+struct Result {
+  std::vector<Tensor> weights;  // cross-replica values
+  std::vector<Tensor> slots;    // every whole slot, variable by variable in slot order
+  std::vector<float> losses;
+  optim::OptimizerStateBytes bytes;
+};
+
+// Trains `epochs` epochs under `strategy` (after restoring `restore` when given; saving to
+// `save` at the end when given), checking that every replica's copy of every variable
+// is the same.
+Result fit(Strategy& strategy, Opt which, int epochs, const std::string& restore = "", const std::string& save = "") {
+  nn::Sequential model;
+  optim::Optimizer opt;
+  {
+    auto scope = strategy.scope();
+    model = nn::Sequential{nn::Dense(kFeatures, kHidden, {.kernel_initializer = nn::glorot_uniform(1)}), nn::ReLU(),
+                           nn::Dense(kHidden, kClasses, {.kernel_initializer = nn::glorot_uniform(2)})};
+    opt = make_optimizer(which);
+  }
+  train::Checkpoint checkpoint{{"model", model}, {"optimizer", opt}};
+  if (!restore.empty()) {
+    auto scope = strategy.scope();
+    checkpoint.restore(restore);
+  }
+  const auto vars = model.trainable_variables();
+  auto step = [&](const data::Batch& b, int64_t global_batch) {
+    autograd::GradientTape tape;
+    Tensor logits = model(b[0]);
+    Tensor per_example = losses::sparse_categorical_crossentropy(b[1], logits, /*from_logits=*/true);
+    Tensor loss = compute_average_loss(per_example, global_batch);
+    auto grads = tape.gradient(loss, vars);
+    opt.apply_gradients(grads, vars);
+    return loss;
+  };
+  Result out;
+  auto dist = strategy.experimental_distribute_dataset(make_dataset());
+  for (int epoch = 0; epoch < epochs; ++epoch) {
+    for (auto& batch : dist) {
+      int64_t global = 0;
+      for (const auto& part : batch) global += part[0].dim(0);
+      out.losses.push_back(strategy.reduce(ReduceOp::Sum, strategy.run(step, batch, global)).item<float>());
+    }
+  }
+  if (!save.empty()) {
+    auto scope = strategy.scope();
+    checkpoint.save(save);
+  }
+  for (const Variable& v : vars) {
+    auto comps = strategy.experimental_local_results(v);
+    for (const Tensor& c : comps) {
+      REQUIRE(std::memcmp(c.contiguous().raw_data(), comps[0].contiguous().raw_data(), c.nbytes()) == 0);
+    }
+    out.weights.push_back(v.value().clone());
+    for (const auto& name : opt.slot_names()) {
+      auto slot = opt.find_slot(v, name);
+      REQUIRE(slot.has_value());
+      out.slots.push_back(slot->impl().checkpoint_value().clone());
+    }
+  }
+  out.bytes = optim::optimizer_state_bytes(opt);
+  return out;
+}
+
+bool bitwise_equal(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].shape() != b[i].shape() || a[i].dtype() != b[i].dtype() ||
+        std::memcmp(a[i].contiguous().raw_data(), b[i].contiguous().raw_data(), a[i].nbytes()) != 0) {
+      return false;
+    }
+  }
+  return true;
+}
+
+double max_relative_difference(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    auto x = a[i].to_vector<double>(), y = b[i].to_vector<double>();
+    double diff = 0, scale = 0;
+    for (size_t k = 0; k < x.size(); ++k) {
+      diff = std::max(diff, std::abs(x[k] - y[k]));
+      scale = std::max(scale, std::abs(y[k]));
+    }
+    worst = std::max(worst, diff / std::max(scale, 1e-12));
+  }
+  return worst;
+}
+
+struct Case {
+  std::string label;
+  std::string name;
+  StrategyOptions options;
+};
+
+// Every synchronous strategy make_strategy builds in one process (multi_worker without a
+// cluster is one worker of local replicas, as Mirrored).
+std::vector<Case> cases() {
+  std::vector<Case> out{{"default", "default", {}},
+                        {"one_device(cpu:1)", "one_device", {.devices = {cpu(1)}}},
+                        {"mirrored(2)", "mirrored", {.replicas = 2}},
+                        {"mirrored(3)", "mirrored", {.replicas = 3}},
+                        {"mirrored(4, hierarchical)",
+                         "mirrored",
+                         {.replicas = 4, .cross_device_ops = CrossDeviceOps::HierarchicalCopyAllReduce}},
+                        {"multi_worker(1 worker x 2)", "multi_worker", {.replicas = 2}}};
+  return out;
+}
+
+std::unique_ptr<Strategy> make(const Case& c, bool shard) {
+  StrategyOptions o = c.options;
+  o.shard_optimizer_state = shard;
+  return make_strategy(c.name, o);
+}
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    char tmpl[] = "/tmp/strata_zero_XXXXXX";
+    path = ::mkdtemp(tmpl);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+// A variable's whole-slot names, for comparing two checkpoints' contents.
+std::map<std::string, Tensor> checkpoint_tensors(const fs::path& prefix) { return train::load_tensors(prefix).tensors; }
+
+bool same_checkpoint_tensors(const std::map<std::string, Tensor>& a, const std::map<std::string, Tensor>& b) {
+  if (a.size() != b.size()) return false;
+  for (const auto& [name, t] : a) {
+    auto it = b.find(name);
+    if (it == b.end() || !bitwise_equal({t}, {it->second})) return false;
+  }
+  return true;
+}
+
+// An optimizer whose update is not elementwise: scales each step by the gradient's norm.
+class NormalizedSGDImpl final : public optim::OptimizerImpl {
+ public:
+  NormalizedSGDImpl() : OptimizerImpl("NormalizedSGD", 0.1, 0.0) {}
+  std::vector<std::string> slot_names() const override { return {"accumulator"}; }
+  void update(const Tensor& param, const Tensor& grad, std::span<const Tensor> slots,
+              const optim::UpdateContext& ctx) const override {
+    slots[0].copy_(slots[0] + grad);
+    param.copy_(param - grad * (ctx.learning_rate / (global_norm_of(grad) + 1e-12)));
+  }
+
+ private:
+  static double global_norm_of(const Tensor& t) { return std::sqrt(sum(square(cast(t, kFloat64))).item<double>()); }
+};
+}  // namespace
+
+TEST_CASE("ZeRO-1: every synchronous strategy trains bitwise as without it", "[zero]") {
+  for (Opt which : {Opt::SGD, Opt::Adam, Opt::AdamW}) {
+    INFO(opt_name(which));
+    for (const Case& c : cases()) {
+      INFO(c.label);
+      auto plain = make(c, false);
+      auto sharded = make(c, true);
+      REQUIRE(sharded->shard_optimizer_state());
+      const Result a = fit(*plain, which, 2);
+      const Result b = fit(*sharded, which, 2);
+      REQUIRE(a.losses.size() == 12);
+      CHECK(a.losses == b.losses);
+      CHECK(bitwise_equal(a.weights, b.weights));
+      CHECK(bitwise_equal(a.slots, b.slots));
+      // The weights moved (the test compares trained models, not initial values).
+      CHECK(a.losses.back() < a.losses.front());
+      // One whole copy of the state either way; each replica holds 1/N of it sharded.
+      CHECK(a.bytes.total == b.bytes.total);
+      CHECK(a.bytes.per_replica == a.bytes.total);
+      const int n = sharded->num_replicas_in_sync();
+      if (n == 1) {
+        CHECK(b.bytes.per_replica == b.bytes.total);
+      } else {
+        // At most one chunk's rounding per slot of each of the 4 variables above 1/N.
+        const int64_t slots = int64_t(optim::Optimizer(make_optimizer(which)).slot_names().size());
+        CHECK(b.bytes.per_replica < a.bytes.total);
+        CHECK(b.bytes.per_replica >= a.bytes.total / n);
+        CHECK(b.bytes.per_replica <= a.bytes.total / n + 4 * slots * int64_t(sizeof(float)));
+      }
+    }
+  }
+}
+
+TEST_CASE("ZeRO-1: global-norm clipping over the shards matches the unsharded clip", "[zero]") {
+  for (const Case& c : cases()) {
+    INFO(c.label);
+    const Result a = fit(*make(c, false), Opt::SGDClipped, 2);
+    const Result b = fit(*make(c, true), Opt::SGDClipped, 2);
+    // The norm's partial sums are added in another order: equal up to rounding.
+    const double rel = max_relative_difference(b.weights, a.weights);
+    INFO("max relative difference " << rel);
+    CHECK(rel <= 1e-5);
+    CHECK(max_relative_difference(b.slots, a.slots) <= 1e-4);
+    // Clipping was active: an unclipped run ends elsewhere.
+    const Result unclipped = fit(*make(c, false), Opt::SGDUnclipped, 2);
+    CHECK(max_relative_difference(unclipped.weights, a.weights) > 1e-3);
+  }
+}
+
+TEST_CASE("ZeRO-1: each replica keeps its chunk of every slot", "[zero]") {
+  auto strategy = make_strategy("mirrored", {.replicas = 3, .shard_optimizer_state = true});
+  nn::Dense layer;
+  optim::Optimizer opt;
+  {
+    auto scope = strategy->scope();
+    layer = nn::Dense(kFeatures, kHidden);
+    opt = optim::Adam(0.01);
+    opt.build(layer->trainable_variables());  // in cross-replica context
+  }
+  const Variable kernel = layer->kernel();
+  auto m = opt.find_slot(kernel, "m");
+  REQUIRE(m.has_value());
+  auto* sharded = dynamic_cast<const optim::ShardedSlotImpl*>(&m->impl());
+  REQUIRE(sharded != nullptr);
+  CHECK(m->impl().kind() == "ShardedSlot");
+  CHECK(m->name() == kernel.name() + "/m");
+  CHECK(sharded->whole_shape() == kernel.shape());
+  for (int l = 0; l < 3; ++l) CHECK(sharded->chunk(l).numel() == kFeatures * kHidden / 3);
+  // Whole assignment in cross-replica context lands in the chunks; a read gives it back.
+  Tensor values = reshape(arange(0, double(kFeatures * kHidden)), kernel.shape());
+  m->assign(values);
+  CHECK(bitwise_equal({m->value()}, {values}));
+  CHECK(sharded->chunk(1).to_vector<double>()[0] == double(kFeatures * kHidden / 3));
+  // In replica context a replica sees its own chunk and cannot assign the slot.
+  auto seen = strategy->run([&] {
+    ReplicaContext* ctx = get_replica_context();
+    REPLICA_REQUIRE(m->value().numel() == kFeatures * kHidden / 3);
+    return m->value().to_vector<double>()[0] == double(ctx->replica_id_in_sync_group() * kFeatures * kHidden / 3)
+               ? 1.0
+               : 0.0;
+  });
+  for (double ok : seen.values()) CHECK(ok == 1.0);
+  CHECK_THROWS_WITH(strategy->run([&] { m->assign(values); }),
+                    Catch::Contains("ShardedSlot") && Catch::Contains("cross-replica context"));
+}
+
+TEST_CASE("ZeRO-1: checkpoints move between sharded and plain strategies and replica counts", "[zero]") {
+  TempDir dir;
+  for (Opt which : {Opt::SGD, Opt::Adam}) {
+    INFO(opt_name(which));
+    const std::string tag = which == Opt::SGD ? "sgd" : "adam";
+    const std::string sharded2 = (dir.path / (tag + "-sharded2")).string();
+    const std::string plain2 = (dir.path / (tag + "-plain2")).string();
+    const Case m2{"mirrored(2)", "mirrored", {.replicas = 2}};
+    // The same training, sharded or not, writes the same tensors under the same names.
+    const Result s1 = fit(*make(m2, true), which, 1, "", sharded2);
+    const Result p1 = fit(*make(m2, false), which, 1, "", plain2);
+    REQUIRE(bitwise_equal(s1.weights, p1.weights));
+    const auto sharded_tensors = checkpoint_tensors(sharded2), plain_tensors = checkpoint_tensors(plain2);
+    CHECK(same_checkpoint_tensors(sharded_tensors, plain_tensors));
+    // Resuming across the two gives the uninterrupted run, bitwise, both ways.
+    const Result whole = fit(*make(m2, false), which, 2);
+    const Result sharded_to_plain = fit(*make(m2, false), which, 1, sharded2);
+    const Result plain_to_sharded = fit(*make(m2, true), which, 1, plain2);
+    CHECK(bitwise_equal(sharded_to_plain.weights, whole.weights));
+    CHECK(bitwise_equal(sharded_to_plain.slots, whole.slots));
+    CHECK(bitwise_equal(plain_to_sharded.weights, whole.weights));
+    CHECK(bitwise_equal(plain_to_sharded.slots, whole.slots));
+    // Other replica counts, sharded or not (and the default strategy): restoring then
+    // saving again gives back exactly the tensors restored.
+    for (const Case& c : cases()) {
+      for (bool shard : {false, true}) {
+        INFO(c.label << (shard ? " sharded" : " plain"));
+        const std::string again = (dir.path / (tag + "-" + std::to_string(shard) + "-again")).string();
+        fit(*make(c, shard), which, 0, sharded2, again);
+        CHECK(same_checkpoint_tensors(checkpoint_tensors(again), sharded_tensors));
+      }
+    }
+    // Sharded over 3 replicas from a 2-replica checkpoint, trained on: as plain over 3.
+    const Case m3{"mirrored(3)", "mirrored", {.replicas = 3}};
+    const Result s3 = fit(*make(m3, true), which, 1, plain2);
+    const Result p3 = fit(*make(m3, false), which, 1, sharded2);
+    CHECK(bitwise_equal(s3.weights, p3.weights));
+    CHECK(bitwise_equal(s3.slots, p3.slots));
+  }
+}
+
+TEST_CASE("ZeRO-1: what cannot be sharded is refused by name", "[zero]") {
+  SECTION("central_storage keeps one copy already") {
+    CHECK_THROWS_WITH(make_strategy("central_storage", {.replicas = 2, .shard_optimizer_state = true}),
+                      Catch::Contains("central_storage") && Catch::Contains("shard_optimizer_state"));
+    CentralStorageStrategy central(MirroredStrategy::cpu_devices(2));
+    CHECK_THROWS_WITH(central.set_shard_optimizer_state(true), Catch::Contains("single copy"));
+  }
+  SECTION("not in replica context") {
+    MirroredStrategy s(MirroredStrategy::cpu_devices(2));
+    CHECK_THROWS_WITH(s.run([&] { s.set_shard_optimizer_state(true); }),
+                      Catch::Contains("set_shard_optimizer_state") && Catch::Contains("replica context"));
+  }
+  SECTION("an optimizer whose update is not elementwise") {
+    MirroredStrategy s(MirroredStrategy::cpu_devices(2));
+    s.set_shard_optimizer_state(true);
+    Variable w;
+    optim::Optimizer opt;
+    {
+      auto scope = s.scope();
+      w = Variable(ones({4}));
+      opt = optim::Optimizer(std::make_shared<NormalizedSGDImpl>());
+    }
+    CHECK_THROWS_WITH(s.run([&] { opt.apply_gradients({ones({4})}, {w}); }),
+                      Catch::Contains("NormalizedSGD") && Catch::Contains("not elementwise"));
+  }
+  SECTION("slots created before sharding was turned on") {
+    MirroredStrategy s(MirroredStrategy::cpu_devices(2));
+    Variable w;
+    optim::Optimizer opt;
+    {
+      auto scope = s.scope();
+      w = Variable(ones({4}));
+      opt = optim::Adam(0.1);
+      opt.build({w});
+    }
+    s.set_shard_optimizer_state(true);
+    CHECK_THROWS_WITH(s.run([&] { opt.apply_gradients({ones({4})}, {w}); }),
+                      Catch::Contains("created before shard_optimizer_state was turned on"));
+  }
+  SECTION("a variable created outside the strategy's scope") {
+    MirroredStrategy s(MirroredStrategy::cpu_devices(2));
+    s.set_shard_optimizer_state(true);
+    Variable outside(ones({4}));
+    optim::Optimizer opt;
+    {
+      auto scope = s.scope();
+      opt = optim::SGD(0.1);
+    }
+    CHECK_THROWS_WITH(s.run([&] { opt.apply_gradients({ones({4})}, {outside}); }),
+                      Catch::Contains("'" + outside.name() + "'") && Catch::Contains("not a mirrored variable"));
+  }
+}
