@@ -81,9 +81,15 @@ void let_reference_threads_sleep(int threads) {
 // strata's matmul of an m x n x k product (operands stored transposed when ta / tb) and
 // the reference GEMM on the same operands, in alternating rounds (strata, then the
 // reference, then a pause for the reference's threads) so that a load change on the
-// machine hits both; each round times enough calls for ~2 ms. Returns {strata, reference}
-// with each one's median over the rounds.
-std::pair<Timing, Timing> time_matmul_pair(int64_t m, int64_t n, int64_t k, bool ta, bool tb, int rounds) {
+// machine hits both; each round times enough calls for ~2 ms. Returns strata's and the
+// reference's medians over the rounds and the median of the per-round ratios (reference
+// time / strata time: robust to load drifting between rounds); best_ratio compares the
+// fastest rounds (the least disturbed by other processes on a loaded machine).
+struct PairTiming {
+  Timing ours, ref;
+  double paired_ratio = 0;
+};
+PairTiming time_matmul_pair(int64_t m, int64_t n, int64_t k, bool ta, bool tb, int rounds) {
   Tensor a = random::normal(ta ? Shape{k, m} : Shape{m, k}, 1);
   Tensor b = random::normal(tb ? Shape{n, k} : Shape{k, n}, 2);
   std::vector<float> c(static_cast<size_t>(m * n));
@@ -107,7 +113,9 @@ std::pair<Timing, Timing> time_matmul_pair(int64_t m, int64_t n, int64_t k, bool
     s.max_s = v.back();
     return s;
   };
-  return {stats(ours), stats(ref)};
+  std::vector<double> ratios;
+  for (size_t i = 0; i < ours.size(); ++i) ratios.push_back(ref[i] / ours[i]);
+  return {stats(ours), stats(ref), stats(ratios).median_s};
 }
 
 double cpu_ghz() {
@@ -132,7 +140,9 @@ Tensor randn(const Shape& s, uint64_t seed) { return random::normal(s, seed); }
 void add_matmul(std::vector<Result>& out, int64_t n, int rounds) {
   const double flops = 2.0 * double(n) * double(n) * double(n);
   const int threads = num_threads();
-  const auto [ts, tb] = time_matmul_pair(n, n, n, false, false, rounds);
+  const PairTiming pair = time_matmul_pair(n, n, n, false, false, rounds);
+  const Timing& ts = pair.ours;
+  const Timing& tb = pair.ref;
   Tensor a = randn({n, n}, 1), b = randn({n, n}, 2);
   Eigen::setNbThreads(threads);
   Eigen::Map<const Eigen::Matrix<float, -1, -1, Eigen::RowMajor>> ea(a.data<float>(), n, n), eb(b.data<float>(), n, n);
@@ -140,7 +150,8 @@ void add_matmul(std::vector<Result>& out, int64_t n, int rounds) {
   Timing te = time_it([&] { ec.noalias() = ea * eb; }, rounds);
   const std::string name = "matmul f32 " + std::to_string(n) + "^3";
   out.push_back({"ops", name, flops / ts.median_s / 1e9, "GFLOP/s", ts.spread(),
-                 std::string(kBlasName) + " (" + std::to_string(threads) + " thr)", flops / tb.median_s / 1e9});
+                 std::string(kBlasName) + " (" + std::to_string(threads) + " thr)", flops / tb.median_s / 1e9,
+                 false, {{"paired_ratio", pair.paired_ratio}, {"best_ratio", pair.ref.min_s / pair.ours.min_s}}});
   out.push_back({"ops", name + " (Eigen GEMM)", flops / te.median_s / 1e9, "GFLOP/s", te.spread(),
                  "strata matmul", flops / ts.median_s / 1e9});
   const double peak = peak_gflops_per_core() * threads;
@@ -155,11 +166,12 @@ void add_matmul(std::vector<Result>& out, int64_t n, int rounds) {
 void add_training_gemm(std::vector<Result>& out, const std::string& what, int64_t m, int64_t n, int64_t k, bool ta,
                        bool tb, int rounds) {
   const double flops = 2.0 * double(m) * double(n) * double(k);
-  const auto [ts, tb_] = time_matmul_pair(m, n, k, ta, tb, rounds);
+  const PairTiming pair = time_matmul_pair(m, n, k, ta, tb, rounds);
   const std::string name = "matmul f32 " + what + " " + std::to_string(m) + "x" + std::to_string(n) + "x" +
                            std::to_string(k) + (ta ? " A^T" : "") + (tb ? " B^T" : "");
-  out.push_back({"ops", name, flops / ts.median_s / 1e9, "GFLOP/s", ts.spread(),
-                 std::string(kBlasName) + " (" + std::to_string(num_threads()) + " thr)", flops / tb_.median_s / 1e9});
+  out.push_back({"ops", name, flops / pair.ours.median_s / 1e9, "GFLOP/s", pair.ours.spread(),
+                 std::string(kBlasName) + " (" + std::to_string(num_threads()) + " thr)",
+                 flops / pair.ref.median_s / 1e9, false, {{"paired_ratio", pair.paired_ratio}, {"best_ratio", pair.ref.min_s / pair.ours.min_s}}});
 }
 
 void add_training_gemms(std::vector<Result>& out, bool quick, int rounds) {

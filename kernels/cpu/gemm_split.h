@@ -9,7 +9,7 @@
 // forward and input-gradient GEMMs) is split by 16-column blocks instead, so that the
 // small op(A) is the repacked operand, not the large op(B); OpenBLAS's edge tiles then may
 // round a few elements differently (last bits) from the unsplit product. A product too
-// small to repay handing a part to another thread (a few microseconds of work per part) is
+// small to repay handing a part to another thread (under ~20 us of work per part) is
 // not split at all.
 #pragma once
 
@@ -28,11 +28,13 @@ struct GemmSplit {
 // Rows / columns of C per indivisible block of a split.
 constexpr int64_t kGemmSplitRowBlock = 12;
 constexpr int64_t kGemmSplitColBlock = 16;
-// The least work per part that repays running it on another thread: ~5 us at the ~100
-// GFLOP/s one core reaches (PLATFORM.md). A worker that is asleep costs more (~25-50 us),
-// but then the caller takes the part itself (core/thread_pool.h), so the split costs only
-// the repeated packing.
-constexpr double kGemmMinFlopsPerPart = 5e5;
+// The least work per part that repays running it on another thread: ~20 us at the ~100
+// GFLOP/s one core reaches (PLATFORM.md). Measured (strata-bench ops, 2 threads): products
+// of ~5-10 us per part, such as the MLP's 128x512x10 input gradient, ran slower split than
+// on one thread (their time goes to writing C, not to arithmetic). A worker that is asleep
+// costs more (~25-50 us), but then the caller takes the part itself (core/thread_pool.h),
+// so the split costs only the repeated packing.
+constexpr double kGemmMinFlopsPerPart = 2e6;
 
 // The split of an m x n x k product over at most `threads` threads.
 GemmSplit plan_gemm_split(int64_t m, int64_t n, int64_t k, int threads);

@@ -54,8 +54,10 @@ TEST_CASE("gemm split: the plan follows the shape and the thread budget", "[lina
   CHECK(ck::plan_gemm_split(1024, 1024, 1024, 1).axis == ck::GemmSplitAxis::None);
   CHECK(ck::plan_gemm_split(0, 1024, 1024, 2).axis == ck::GemmSplitAxis::None);
   CHECK(ck::plan_gemm_split(1024, 1024, 0, 2).axis == ck::GemmSplitAxis::None);
-  // Under ~5 us of work per part (32^3 = 65 kFLOP): the caller runs it alone.
+  // Under ~20 us of work per part (2 MFLOP): the caller runs it alone.
   CHECK(ck::plan_gemm_split(32, 32, 32, 2).axis == ck::GemmSplitAxis::None);
+  CHECK(ck::plan_gemm_split(128, 512, 10, 2).axis == ck::GemmSplitAxis::None);  // the MLP's last dx
+  CHECK(ck::plan_gemm_split(64, 10, 128, 2).axis == ck::GemmSplitAxis::None);
   // Rows, unless the product is at least twice as wide as tall: then columns, so that the
   // operand every part repacks is the smaller one.
   const ck::GemmSplit tall = ck::plan_gemm_split(784, 512, 128, 2);  // the MLP's dW
