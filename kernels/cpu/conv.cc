@@ -147,59 +147,11 @@ void conv_forward(const Tensor& xt, const Tensor& wt, const Tensor& out, const O
   });
 }
 
-// Note [Input gradient without col2im]
-// For stride 1 without padding, output pixel (oy, ox) reads input pixel (oy + ky, ox + kx)
-// through filter tap (ky, kx). Number the output pixels on the input's width instead,
-// r = oy * w + ox (the columns ox >= ow are padding, zero in dy): then tap (ky, kx)
-// reads input pixel r + ky * w + kx, so the input gradient of one tap is one GEMM into a
-// shifted view of dx with row stride c,
-//   dx[r + ky*w + kx, :] += dy_w[r, O] @ W[ky, kx][C, O]^T,   r < (oh - 1) * w + ow,
-// the last row bound keeping the view inside the image. kh*kw GEMMs of N = c replace one of
-// N = kh*kw*c into a scratch dcol that col2im then added into dx: OpenBLAS zeroed dcol (its
-// beta = 0 pass), wrote it, and col2im read it back — for the MNIST CNN's second layer 42 MB
-// three times per step, ~8% of its single-thread step (sgemm_beta + col2im in perf). Taken
-// when c is at least kMinShiftedChannels: with few channels (the first layer's c = 1) the
-// per-tap GEMMs would be too narrow.
-constexpr int64_t kMinShiftedChannels = 16;
-
-bool shifted_input_gradient(const ConvGeometry& g) {
-  return g.sh == 1 && g.sw == 1 && g.ph == 0 && g.pw == 0 && g.oh == g.h - g.kh + 1 &&
-         g.ow == g.w - g.kw + 1 && g.c >= kMinShiftedChannels && g.pixels() > 0;
-}
-
-template <typename T>
-void conv_backprop_input_shifted(const T* pw, const T* pdy, T* pdx, const ConvGeometry& g) {
-  const int64_t rows = (g.oh - 1) * g.w + g.ow;  // r of the last real output pixel, plus one
-  const int64_t image = g.h * g.w * g.c;
-  parallel_for(g.n, conv_cost_per_image(g), [&](int64_t b, int64_t e) {
-    // dy of one image on the input's width; the columns ox >= ow stay zero.
-    std::unique_ptr<T[]> dyw(new T[size_t(rows * g.o)]());
-    for (int64_t i = b; i < e; ++i) {
-      for (int64_t oy = 0; oy < g.oh; ++oy) {
-        std::memcpy(dyw.get() + oy * g.w * g.o, pdy + (i * g.oh + oy) * g.ow * g.o,
-                    size_t(g.ow * g.o) * sizeof(T));
-      }
-      T* dxi = pdx + i * image;
-      std::memset(dxi, 0, size_t(image) * sizeof(T));
-      for (int64_t ky = 0; ky < g.kh; ++ky) {
-        for (int64_t kx = 0; kx < g.kw; ++kx) {
-          gemm(false, true, rows, g.c, g.o, dyw.get(), g.o, pw + (ky * g.kw + kx) * g.c * g.o, g.o, T(1),
-               dxi + (ky * g.w + kx) * g.c, g.c);
-        }
-      }
-    }
-  });
-}
-
 template <typename T>
 void conv_backprop_input(const Tensor& wt, const Tensor& dyt, const Tensor& dx, const OpAttrs& a) {
   const ConvGeometry g = geometry(a.shape, wt.shape(), a, "conv2d_backprop_input");
   const Tensor w = contiguous_copy(wt), dy = contiguous_copy(dyt);
   T* pdx = ptr<T>(dx);
-  if (g.o > 0 && shifted_input_gradient(g)) {
-    conv_backprop_input_shifted(ptr<T>(w), ptr<T>(dy), pdx, g);
-    return;
-  }
   std::memset(pdx, 0, dx.nbytes());
   if (g.patch() == 0 || g.o == 0) return;
   const Chunking ch = chunking(g, sizeof(T));

@@ -87,8 +87,8 @@ const std::vector<ConvCase>& conv_cases() {
       {{1, 2, 3, 1}, {5, 5, 1, 2}, {1, 1}, Padding::Same},   // kernel larger than the input
       {{1, 6, 6, 1}, {3, 3, 1, 1}, {4, 4}, Padding::Same},   // stride larger than the kernel
       {{2, 10, 10, 3}, {5, 5, 3, 8}, {1, 1}, Padding::Same},
-      // Stride 1, no padding, >= 16 channels: the input gradient runs one GEMM per filter tap
-      // into a shifted view of dx (Note [Input gradient without col2im]).
+      // Stride 1 VALID with many channels (the MNIST CNN's second layer's kind).
+      {{1, 30, 30, 64}, {3, 3, 64, 8}, {1, 1}, Padding::Valid},
       {{2, 9, 8, 16}, {3, 3, 16, 5}, {1, 1}, Padding::Valid},
       {{1, 6, 7, 17}, {2, 4, 17, 3}, {1, 1}, Padding::Valid},  // uneven kernel
       {{2, 4, 5, 16}, {1, 1, 16, 4}, {1, 1}, Padding::Valid},  // 1x1
@@ -213,7 +213,7 @@ TEST_CASE("conv: backprop ops give the same values at 1 and 2 threads over many 
   CHECK(identical(dx[0], dx[1]));
   CHECK(identical(dw[0], dw[1]));
   {
-    // The stride-1 VALID input gradient (one GEMM per filter tap) too.
+    // VALID too.
     Tensor dyv = testing::rand_tensor({24, 30, 30, 16}, 513);
     Tensor dxv[2];
     for (int t : {1, 2}) {
