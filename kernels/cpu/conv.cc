@@ -4,13 +4,13 @@
 // pooling counts only the elements inside the input.
 #include <algorithm>
 #include <cstring>
-#include <memory>
 #include <vector>
 
 #include <strata/core/dispatch.h>
 #include <strata/core/ops.h>
 #include <strata/kernels/cpu/gemm.h>
 #include <strata/kernels/cpu/loops.h>
+#include <strata/kernels/cpu/scratch.h>
 
 namespace strata::cpu_kernels {
 
@@ -134,7 +134,7 @@ void conv_forward(const Tensor& xt, const Tensor& wt, const Tensor& out, const O
   }
   const Chunking ch = chunking(g, sizeof(T));
   parallel_for(ch.count, conv_cost_per_image(g) * double(ch.images), [&](int64_t b, int64_t e) {
-    std::unique_ptr<T[]> col(new T[size_t(ch.images * g.pixels() * g.patch())]);  // fully written
+    ScratchBuffer<T> col(ch.images * g.pixels() * g.patch());  // fully written
     for (int64_t c = b; c < e; ++c) {
       const int64_t i0 = c * ch.images, i1 = std::min(g.n, i0 + ch.images);
       for (int64_t i = i0; i < i1; ++i) {
@@ -156,7 +156,7 @@ void conv_backprop_input(const Tensor& wt, const Tensor& dyt, const Tensor& dx, 
   if (g.patch() == 0 || g.o == 0) return;
   const Chunking ch = chunking(g, sizeof(T));
   parallel_for(ch.count, conv_cost_per_image(g) * double(ch.images), [&](int64_t b, int64_t e) {
-    std::unique_ptr<T[]> dcol(new T[size_t(ch.images * g.pixels() * g.patch())]);  // fully written
+    ScratchBuffer<T> dcol(ch.images * g.pixels() * g.patch());  // fully written
     for (int64_t c = b; c < e; ++c) {
       const int64_t i0 = c * ch.images, i1 = std::min(g.n, i0 + ch.images);
       // dcol[chunk pixels, K] = dy[chunk pixels, O] @ W[K, O]^T
@@ -185,13 +185,15 @@ void conv_backprop_filter(const Tensor& xt, const Tensor& dyt, const Tensor& dw,
   const int64_t lanes = std::min(kLanes, ch.count);
   const int64_t filter = g.patch() * g.o;
   // Lane 0 accumulates straight into dw.
-  std::vector<T> partial(size_t((lanes - 1) * filter), T(0));
+  ScratchBuffer<T> partial_buffer((lanes - 1) * filter);
+  T* partial = partial_buffer.get();
+  std::fill(partial, partial + (lanes - 1) * filter, T(0));
   const double cost =
       conv_cost_per_image(g) * double(ch.images) * double((ch.count + lanes - 1) / lanes);
   parallel_for(lanes, cost, [&](int64_t b, int64_t e) {
-    std::unique_ptr<T[]> col(new T[size_t(ch.images * g.pixels() * g.patch())]);  // fully written
+    ScratchBuffer<T> col(ch.images * g.pixels() * g.patch());  // fully written
     for (int64_t lane = b; lane < e; ++lane) {
-      T* acc = lane == 0 ? pdw : partial.data() + (lane - 1) * filter;
+      T* acc = lane == 0 ? pdw : partial + (lane - 1) * filter;
       for (int64_t c = lane; c < ch.count; c += lanes) {
         const int64_t i0 = c * ch.images, i1 = std::min(g.n, i0 + ch.images);
         for (int64_t i = i0; i < i1; ++i) {
@@ -204,7 +206,7 @@ void conv_backprop_filter(const Tensor& xt, const Tensor& dyt, const Tensor& dw,
     }
   });
   for (int64_t lane = 1; lane < lanes; ++lane) {
-    const T* src = partial.data() + (lane - 1) * filter;
+    const T* src = partial + (lane - 1) * filter;
     for (int64_t j = 0; j < filter; ++j) pdw[j] += src[j];
   }
 }
