@@ -82,10 +82,21 @@ SmallBlockCache* small_cache() {
 // first touch: that made such an add 4-5x slower than a loop into a reused buffer. Freed
 // blocks of at least kCacheMin bytes are kept (up to kCacheMax bytes in all) and handed out
 // again for requests of the same size class. live_bytes counts only blocks held by tensors.
+//
+// Medium blocks (64 KiB to 1 MiB: a training step's activations, gradients and masks, e.g.
+// 128x512 floats) are cached too, in 4 KiB classes and at most kMediumMax bytes: below
+// glibc's initial mmap threshold (128 KiB) they came from the heap, whose top glibc trims
+// back to the kernel once 2x that threshold is free, and above it from a fresh mmap — either
+// way a step paid page faults for memory it had held the step before. A step allocates the
+// same sizes every time, so exact size classes are reused; the bound keeps a workload of
+// ever-changing sizes from hoarding memory.
 class CpuAllocator final : public Allocator {
  public:
-  static constexpr size_t kCacheMin = size_t(1) << 20;        // 1 MiB
+  static constexpr size_t kCacheMin = size_t(1) << 16;        // 64 KiB
+  static constexpr size_t kLargeMin = size_t(1) << 20;        // 1 MiB
   static constexpr size_t kCacheMax = size_t(1) << 30;        // 1 GiB cached at most
+  static constexpr size_t kMediumMax = size_t(1) << 26;       // of which medium blocks 64 MiB
+  static constexpr size_t kMediumGranule = size_t(1) << 12;   // size classes of 4 KiB
   static constexpr size_t kCacheGranule = size_t(1) << 16;    // size classes of 64 KiB
 
   void* allocate(size_t bytes, Device, const Stream&) override {
@@ -118,17 +129,22 @@ class CpuAllocator final : public Allocator {
     }
     if (rounded >= kCacheMin) {
       std::lock_guard<std::mutex> lock(cache_mutex_);
-      if (cached_bytes_ + rounded <= kCacheMax) {
+      const bool medium = rounded < kLargeMin;
+      if (cached_bytes_ + rounded <= kCacheMax && (!medium || medium_bytes_ + rounded <= kMediumMax)) {
         cache_.emplace(rounded, ptr);
         cached_bytes_ += rounded;
+        if (medium) medium_bytes_ += rounded;
         return;
       }
     }
     std::free(ptr);
   }
   AllocatorStats stats() const override {
-    return {live_.load(std::memory_order_relaxed), peak_.load(std::memory_order_relaxed),
-            count_.load(std::memory_order_relaxed)};
+    AllocatorStats s{live_.load(std::memory_order_relaxed), peak_.load(std::memory_order_relaxed),
+                     count_.load(std::memory_order_relaxed)};
+    std::lock_guard<std::mutex> lock(cache_mutex_);
+    s.cached_bytes = int64_t(cached_bytes_);  // the per-thread small-block lists are not counted
+    return s;
   }
   void reset_peak() override { peak_.store(live_.load()); }
 
@@ -137,12 +153,15 @@ class CpuAllocator final : public Allocator {
     for (const auto& [size, p] : cache_) std::free(p);
     cache_.clear();
     cached_bytes_ = 0;
+    medium_bytes_ = 0;
   }
 
  private:
+  static size_t round_up(size_t bytes, size_t granule) { return (bytes + granule - 1) / granule * granule; }
   static size_t size_class(size_t bytes) {
-    return bytes < kCacheMin ? (bytes + 63) / 64 * 64
-                             : (bytes + kCacheGranule - 1) / kCacheGranule * kCacheGranule;
+    if (bytes >= kLargeMin) return round_up(bytes, kCacheGranule);
+    const size_t r = round_up(bytes, 64);
+    return r >= kCacheMin ? round_up(r, kMediumGranule) : r;
   }
 
   void* take_cached(size_t rounded) {
@@ -153,13 +172,15 @@ class CpuAllocator final : public Allocator {
     void* p = it->second;
     cache_.erase(it);
     cached_bytes_ -= rounded;
+    if (rounded < kLargeMin) medium_bytes_ -= rounded;
     return p;
   }
 
   std::atomic<int64_t> live_{0}, peak_{0}, count_{0};
-  std::mutex cache_mutex_;
+  mutable std::mutex cache_mutex_;
   std::multimap<size_t, void*> cache_;  // size class -> free block
-  size_t cached_bytes_ = 0;
+  size_t cached_bytes_ = 0;   // all cached blocks
+  size_t medium_bytes_ = 0;   // cached blocks below kLargeMin
 };
 
 CpuAllocator& cpu_allocator() {

@@ -22,6 +22,7 @@ struct AllocatorStats {
   int64_t live_bytes = 0;   // currently allocated
   int64_t peak_bytes = 0;   // high-water mark since start (or last reset)
   int64_t allocations = 0;  // number of allocate() calls
+  int64_t cached_bytes = 0; // freed blocks held for reuse (not live); 0 where none are kept
 };
 
 class Allocator {
@@ -47,7 +48,8 @@ bool has_allocator(DeviceType type);
 // Statistics of the CPU allocator, used by leak tests. Blocks kept for reuse (see
 // core/allocator.cc) are not live.
 AllocatorStats cpu_allocator_stats();
-// Frees the large blocks the CPU allocator keeps for reuse (at most 1 GiB).
+// Frees the blocks of 64 KiB and more that the CPU allocator keeps for reuse (at most 1 GiB,
+// 64 MiB of it in blocks below 1 MiB).
 void cpu_allocator_release_cached();
 
 }  // namespace strata

@@ -4,13 +4,13 @@
 // pooling counts only the elements inside the input.
 #include <algorithm>
 #include <cstring>
-#include <memory>
 #include <vector>
 
 #include <strata/core/dispatch.h>
 #include <strata/core/ops.h>
 #include <strata/kernels/cpu/gemm.h>
 #include <strata/kernels/cpu/loops.h>
+#include <strata/kernels/cpu/scratch.h>
 
 namespace strata::cpu_kernels {
 
@@ -134,7 +134,7 @@ void conv_forward(const Tensor& xt, const Tensor& wt, const Tensor& out, const O
   }
   const Chunking ch = chunking(g, sizeof(T));
   parallel_for(ch.count, conv_cost_per_image(g) * double(ch.images), [&](int64_t b, int64_t e) {
-    std::unique_ptr<T[]> col(new T[size_t(ch.images * g.pixels() * g.patch())]);  // fully written
+    ScratchBuffer<T> col(ch.images * g.pixels() * g.patch());  // fully written
     for (int64_t c = b; c < e; ++c) {
       const int64_t i0 = c * ch.images, i1 = std::min(g.n, i0 + ch.images);
       for (int64_t i = i0; i < i1; ++i) {
@@ -156,7 +156,7 @@ void conv_backprop_input(const Tensor& wt, const Tensor& dyt, const Tensor& dx, 
   if (g.patch() == 0 || g.o == 0) return;
   const Chunking ch = chunking(g, sizeof(T));
   parallel_for(ch.count, conv_cost_per_image(g) * double(ch.images), [&](int64_t b, int64_t e) {
-    std::unique_ptr<T[]> dcol(new T[size_t(ch.images * g.pixels() * g.patch())]);  // fully written
+    ScratchBuffer<T> dcol(ch.images * g.pixels() * g.patch());  // fully written
     for (int64_t c = b; c < e; ++c) {
       const int64_t i0 = c * ch.images, i1 = std::min(g.n, i0 + ch.images);
       // dcol[chunk pixels, K] = dy[chunk pixels, O] @ W[K, O]^T
@@ -185,13 +185,15 @@ void conv_backprop_filter(const Tensor& xt, const Tensor& dyt, const Tensor& dw,
   const int64_t lanes = std::min(kLanes, ch.count);
   const int64_t filter = g.patch() * g.o;
   // Lane 0 accumulates straight into dw.
-  std::vector<T> partial(size_t((lanes - 1) * filter), T(0));
+  ScratchBuffer<T> partial_buffer((lanes - 1) * filter);
+  T* partial = partial_buffer.get();
+  std::fill(partial, partial + (lanes - 1) * filter, T(0));
   const double cost =
       conv_cost_per_image(g) * double(ch.images) * double((ch.count + lanes - 1) / lanes);
   parallel_for(lanes, cost, [&](int64_t b, int64_t e) {
-    std::unique_ptr<T[]> col(new T[size_t(ch.images * g.pixels() * g.patch())]);  // fully written
+    ScratchBuffer<T> col(ch.images * g.pixels() * g.patch());  // fully written
     for (int64_t lane = b; lane < e; ++lane) {
-      T* acc = lane == 0 ? pdw : partial.data() + (lane - 1) * filter;
+      T* acc = lane == 0 ? pdw : partial + (lane - 1) * filter;
       for (int64_t c = lane; c < ch.count; c += lanes) {
         const int64_t i0 = c * ch.images, i1 = std::min(g.n, i0 + ch.images);
         for (int64_t i = i0; i < i1; ++i) {
@@ -204,7 +206,7 @@ void conv_backprop_filter(const Tensor& xt, const Tensor& dyt, const Tensor& dw,
     }
   });
   for (int64_t lane = 1; lane < lanes; ++lane) {
-    const T* src = partial.data() + (lane - 1) * filter;
+    const T* src = partial + (lane - 1) * filter;
     for (int64_t j = 0; j < filter; ++j) pdw[j] += src[j];
   }
 }
@@ -267,7 +269,13 @@ void max_pool_grad(const Tensor& xt, const Tensor& dyt, const Tensor& dx, const 
   const T* px = ptr<T>(x);
   const T* pdy = ptr<T>(dy);
   T* pdx = ptr<T>(dx);
-  std::memset(pdx, 0, dx.nbytes());
+  // When the windows tile the input exactly (stride == window, no padding, the extents
+  // divisible: MaxPool2D(2) on an even image), every input pixel lies in exactly one window,
+  // so each window writes its whole block of dx (the gradient at the winner, 0 elsewhere)
+  // and dx needs no zeroing pass first: one write per element instead of two.
+  const bool tiled = g.sh == g.kh && g.sw == g.kw && g.ph == 0 && g.pw == 0 && g.oh * g.kh == g.h &&
+                     g.ow * g.kw == g.w;
+  if (!tiled) std::memset(pdx, 0, dx.nbytes());
   parallel_for(g.n, double(g.oh * g.ow * g.c * g.kh * g.kw), [&](int64_t b, int64_t e) {
     // Per window, the arg-max of every channel at once: the channel loop is innermost and
     // contiguous, and the winner is kept as a 32-bit position in the window so that the
@@ -298,6 +306,15 @@ void max_pool_grad(const Tensor& xt, const Tensor& dyt, const Tensor& dx, const 
             bv[c] = take ? v : bv[c];
             bk[c] = take ? k : bk[c];
           }
+        }
+        if (tiled) {
+          // A select per element (a blend once vectorised), no scatter.
+          const T* __restrict gy = pdy + ob;
+          for (int32_t k = 0; k < npos; ++k) {
+            T* __restrict d = pdx + at[size_t(k)];
+            for (int64_t c = 0; c < g.c; ++c) d[c] = bk[c] == k ? gy[c] : T(0);
+          }
+          return;
         }
         for (int64_t c = 0; c < g.c; ++c) pdx[at[size_t(bk[c])] + c] += pdy[ob + c];
       });

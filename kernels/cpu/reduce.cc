@@ -6,6 +6,7 @@
 // float32 sums add 128-element vectorised blocks into a float64 accumulator, which keeps
 // large sums accurate (error independent of length in practice) at full speed.
 #include <Eigen/Core>
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -83,6 +84,12 @@ compute_t<T> reduce_row(OpId op, const T* p, int64_t n) {
   fail(op_name(op), ": no CPU kernel for this dtype");
 }
 
+// Column sums over fewer columns than kColumnSplitMin are split by rows, in blocks of about
+// kColumnBlockElements elements, at most kMaxColumnBlocks of them (bounding the partials).
+constexpr int64_t kColumnSplitMin = 4096;
+constexpr int64_t kColumnBlockElements = int64_t(1) << 16;
+constexpr int64_t kMaxColumnBlocks = 64;
+
 template <typename T>
 void reduce_typed(OpId op, const Tensor& x, const std::vector<int64_t>& axes, const Tensor& out) {
   using C = compute_t<T>;
@@ -98,8 +105,39 @@ void reduce_typed(OpId op, const Tensor& x, const std::vector<int64_t>& axes, co
   }
   bool is_prefix = !axes.empty() && x.is_contiguous();
   for (size_t i = 0; i < axes.size() && is_prefix; ++i) is_prefix = axes[i] == int64_t(i);
+  if (is_prefix && op == OpId::Sum && outer > 1 && outer < kColumnSplitMin) {
+    // Column layout with few columns (a bias gradient: 32-512 columns over the batch's
+    // pixels): split by rows. Split by columns, each thread would stream every row for a
+    // few of its cache lines (at 2 threads the conv bias gradients took 4% of the MNIST CNN
+    // step instead of 1.35% at one). Fixed blocks of rows each sum into a partial row, and
+    // the partials are added in block order: the same result at any thread count.
+    const T* p = ptr<T>(x);
+    const int64_t blocks =
+        std::clamp<int64_t>(reduced * outer / kColumnBlockElements, 1, std::min<int64_t>(reduced, kMaxColumnBlocks));
+    const int64_t per_block = (reduced + blocks - 1) / blocks;
+    const int64_t used = (reduced + per_block - 1) / per_block;  // none empty
+    std::vector<acc_t<T>> partial(size_t(used * outer));
+    parallel_for(used, double(per_block * outer) * 0.25, [&](int64_t b, int64_t e) {
+      for (int64_t blk = b; blk < e; ++blk) {
+        acc_t<T>* __restrict acc = partial.data() + blk * outer;
+        const int64_t r0 = blk * per_block, r1 = std::min(reduced, r0 + per_block);
+        // The block's first row initialises it (a column of -0.0 sums to -0.0, as in NumPy).
+        for (int64_t j = 0; j < outer; ++j) acc[j] = acc_t<T>(C(p[r0 * outer + j]));
+        for (int64_t r = r0 + 1; r < r1; ++r) {
+          const T* __restrict row = p + r * outer;
+          for (int64_t j = 0; j < outer; ++j) acc[j] += acc_t<T>(C(row[j]));
+        }
+      }
+    });
+    for (int64_t blk = 1; blk < used; ++blk) {
+      const acc_t<T>* src = partial.data() + blk * outer;
+      for (int64_t j = 0; j < outer; ++j) partial[size_t(j)] += src[j];
+    }
+    for (int64_t j = 0; j < outer; ++j) o[j] = convert<T>(C(partial[size_t(j)]));
+    return;
+  }
   if (is_prefix && (op == OpId::Sum || op == OpId::Max || op == OpId::Min) && outer > 1) {
-    // Column layout: accumulate whole rows into the output.
+    // Column layout: accumulate whole rows into the output, the columns split across the pool.
     const T* p = ptr<T>(x);
     parallel_for(outer, double(reduced) * 0.5, [&](int64_t b, int64_t e) {
       std::vector<acc_t<T>> acc(size_t(e - b));

@@ -87,6 +87,12 @@ const std::vector<ConvCase>& conv_cases() {
       {{1, 2, 3, 1}, {5, 5, 1, 2}, {1, 1}, Padding::Same},   // kernel larger than the input
       {{1, 6, 6, 1}, {3, 3, 1, 1}, {4, 4}, Padding::Same},   // stride larger than the kernel
       {{2, 10, 10, 3}, {5, 5, 3, 8}, {1, 1}, Padding::Same},
+      // Stride 1 VALID with many channels (the MNIST CNN's second layer's kind).
+      {{1, 30, 30, 64}, {3, 3, 64, 8}, {1, 1}, Padding::Valid},
+      {{2, 9, 8, 16}, {3, 3, 16, 5}, {1, 1}, Padding::Valid},
+      {{1, 6, 7, 17}, {2, 4, 17, 3}, {1, 1}, Padding::Valid},  // uneven kernel
+      {{2, 4, 5, 16}, {1, 1, 16, 4}, {1, 1}, Padding::Valid},  // 1x1
+      {{1, 3, 3, 16}, {3, 3, 16, 2}, {1, 1}, Padding::Valid},  // one output pixel
   };
   return cases;
 }
@@ -206,6 +212,18 @@ TEST_CASE("conv: backprop ops give the same values at 1 and 2 threads over many 
   }
   CHECK(identical(dx[0], dx[1]));
   CHECK(identical(dw[0], dw[1]));
+  {
+    // VALID too.
+    Tensor dyv = testing::rand_tensor({24, 30, 30, 16}, 513);
+    Tensor dxv[2];
+    for (int t : {1, 2}) {
+      testing::ThreadCountGuard g(t);
+      dxv[t - 1] = conv2d_backprop_input(x.shape(), w, dyv, {1, 1}, Padding::Valid);
+    }
+    CHECK(identical(dxv[0], dxv[1]));
+    Tensor dxv64 = conv2d_backprop_input(x.shape(), w.cast(kFloat64), dyv.cast(kFloat64), {1, 1}, Padding::Valid);
+    CHECK(testing::allclose(dxv[0].cast(kFloat64), dxv64, 1e-5, 1e-5));
+  }
   // And the chunked float32 sums agree with float64.
   Tensor dw64 = conv2d_backprop_filter(x.cast(kFloat64), w.shape(), dy.cast(kFloat64), {1, 1}, Padding::Same);
   CHECK(testing::allclose(dw[0].cast(kFloat64), dw64, 1e-4, 1e-3));
@@ -261,6 +279,57 @@ TEST_CASE("conv: max and average pooling match naive references", "[conv][pool]"
   Tensor h = testing::rand_tensor({1, 4, 4, 2}, 700).cast(kFloat16);
   CHECK(max_pool2d(h, {2, 2}, {2, 2}).dtype() == kFloat16);
   CHECK(identical(max_pool2d(h, {2, 2}, {2, 2}).cast(kFloat32), max_pool2d(h.cast(kFloat32), {2, 2}, {2, 2})));
+}
+
+TEST_CASE("conv: max_pool2d_grad over exactly tiling windows writes every element", "[conv][pool]") {
+  // stride == window, no padding, extents divisible: the kernel writes each window's block
+  // (dy at the first maximum, 0 elsewhere) without zeroing dx first. Checked element by
+  // element against a naive routing, over a recycled buffer full of stale values.
+  struct TileCase {
+    Shape x;
+    std::array<int64_t, 2> k;
+  };
+  for (const TileCase& c : {TileCase{{3, 24, 24, 64}, {2, 2}}, TileCase{{2, 6, 9, 3}, {3, 3}},
+                            TileCase{{1, 4, 6, 5}, {2, 3}}, TileCase{{2, 5, 5, 7}, {1, 1}}}) {
+    for (DType dt : {kFloat32, kFloat64}) {
+      INFO(shape_str(c.x) << " k" << c.k[0] << "," << c.k[1] << " " << dtype_name(dt));
+      Tensor stale = full(c.x, 7.0, dt);
+      Tensor x = testing::rand_tensor(c.x, 900, -1, 1, dt).cast(kFloat64);
+      // Ties inside the first window of every channel: the first maximum takes the gradient.
+      std::vector<double> xv = x.to_vector<double>();
+      const int64_t H = c.x[1], W = c.x[2], C = c.x[3], kh = c.k[0], kw = c.k[1];
+      for (int64_t ch = 0; ch < C; ++ch) {
+        for (int64_t y = 0; y < kh; ++y) {
+          for (int64_t xx = 0; xx < kw; ++xx) xv[size_t((y * W + xx) * C + ch)] = 2.0;
+        }
+      }
+      x = Tensor::from_vector(xv, c.x, kFloat64).cast(dt);
+      const Shape ys{c.x[0], H / kh, W / kw, C};
+      Tensor dy = testing::rand_tensor(ys, 901, 1, 2, dt);
+      stale = Tensor();  // its block goes back to the allocator, next in line for dx
+      Tensor dx = max_pool2d_grad(x, dy, c.k, {c.k[0], c.k[1]}, Padding::Valid);
+      const std::vector<double> got = dx.cast(kFloat64).to_vector<double>();
+      const std::vector<double> dyv = dy.cast(kFloat64).to_vector<double>();
+      std::vector<double> want(got.size(), 0.0);
+      for (int64_t i = 0; i < c.x[0]; ++i) {
+        for (int64_t oy = 0; oy < ys[1]; ++oy) {
+          for (int64_t ox = 0; ox < ys[2]; ++ox) {
+            for (int64_t ch = 0; ch < C; ++ch) {
+              int64_t best = -1;
+              for (int64_t y = oy * kh; y < (oy + 1) * kh; ++y) {
+                for (int64_t xx = ox * kw; xx < (ox + 1) * kw; ++xx) {
+                  const int64_t at = ((i * H + y) * W + xx) * C + ch;
+                  if (best < 0 || xv[size_t(at)] > xv[size_t(best)]) best = at;
+                }
+              }
+              want[size_t(best)] += dyv[size_t(((i * ys[1] + oy) * ys[2] + ox) * C + ch)];
+            }
+          }
+        }
+      }
+      CHECK(got == want);
+    }
+  }
 }
 
 TEST_CASE("conv: argument errors name the op and the shapes", "[conv][errors]") {

@@ -1,6 +1,7 @@
 // Reductions, arg-reductions and cumsum: values against a naive float64 reference over
 // every axis subset, keepdims, negative axes, non-contiguous inputs, zero-size and rank-0
 // tensors, NaN/Inf propagation, accuracy, and independence from the thread count.
+#include <cmath>
 #include <functional>
 #include <limits>
 
@@ -257,11 +258,20 @@ TEST_CASE("reduce: float32 sums accumulate accurately", "[reduce]") {
   Tensor cols = full({1 << 20, 4}, 0.1);
   const auto colsum = sum(cols, std::vector<int64_t>{0}).to_vector<float>();
   CHECK(std::abs(double(colsum[3]) - 0.1f * double(1 << 20)) <= 0.1 * double(1 << 20) * 1e-7);
+  // Column sums split into blocks of rows agree with a float64 sum, column by column, and a
+  // column of -0.0 still sums to -0.0.
+  Tensor many = testing::rand_tensor({40000, 33}, 58);
+  CHECK(testing::allclose(sum(many, std::vector<int64_t>{0}).cast(kFloat64),
+                          sum(many.cast(kFloat64), std::vector<int64_t>{0}), 1e-6, 1e-6));
+  Tensor negzero = full({30000, 5}, -0.0);
+  for (float v : sum(negzero, std::vector<int64_t>{0}).to_vector<float>()) CHECK(std::signbit(v));
 }
 
 TEST_CASE("reduce: results do not depend on the thread count", "[reduce][threads]") {
   Tensor x = testing::rand_tensor({512, 2049}, 55);
   Tensor x3 = testing::rand_tensor({64, 128, 65}, 56);
+  // A conv bias gradient's shape (64 images x 26 x 26 pixels, 32 channels): split by rows.
+  Tensor bias_grad = testing::rand_tensor({64 * 26 * 26, 32}, 57);
   auto run_all = [&] {
     std::vector<Tensor> r;
     r.push_back(sum(x));
@@ -277,6 +287,8 @@ TEST_CASE("reduce: results do not depend on the thread count", "[reduce][threads
     r.push_back(argmax(x, 1));
     r.push_back(argmin(x, 0));
     r.push_back(cumsum(x, 1));
+    r.push_back(sum(bias_grad, std::vector<int64_t>{0}));
+    r.push_back(sum(bias_grad.reshape({64, 26 * 26, 32}), std::vector<int64_t>{0, 1}));
     return r;
   };
   std::vector<Tensor> one, two;

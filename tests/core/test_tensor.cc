@@ -302,6 +302,64 @@ TEST_CASE("tensor: large blocks are reused instead of mapped afresh", "[tensor][
   for (const Tensor& t : many) CHECK(t.to_vector<float>()[12345] == 1.0f);
 }
 
+TEST_CASE("tensor: medium blocks of a training step are reused, within a bound", "[tensor][allocator]") {
+  cpu_allocator_release_cached();
+  const AllocatorStats start = cpu_allocator_stats();
+  void* first = nullptr;
+  {
+    Tensor act = Tensor::empty({128, 512});  // 256 KiB: an MLP activation
+    first = act.raw_data();
+    CHECK(cpu_allocator_stats().live_bytes == start.live_bytes + 128 * 512 * 4);
+  }
+  CHECK(cpu_allocator_stats().live_bytes == start.live_bytes);  // cached, not live
+  {
+    Tensor again = Tensor::empty({128, 512});
+    CHECK(again.raw_data() == first);
+    // The same 4 KiB size class (256 KiB + 1 KiB rounds up to 260 KiB): a new block, as the
+    // cached one is taken.
+    Tensor near = Tensor::empty({128 * 512 + 256});
+    CHECK(near.raw_data() != first);
+    CHECK(reinterpret_cast<uintptr_t>(near.raw_data()) % 64 == 0);
+    CHECK(cpu_allocator_stats().live_bytes == start.live_bytes + (128 * 512 * 2 + 256) * 4);
+    CHECK(cpu_allocator_stats().peak_bytes >= cpu_allocator_stats().live_bytes);
+  }
+  {
+    // Just below the cached range (64 KiB - 64 bytes) and just at it: both usable.
+    Tensor below = full({(1 << 14) - 16}, 2.0);
+    Tensor at = full({1 << 14}, 3.0);
+    CHECK(below.to_vector<float>().back() == 2.0f);
+    CHECK(at.to_vector<float>().back() == 3.0f);
+  }
+  // More medium blocks than the 64 MiB bound alive at once, then freed: the cache keeps at
+  // most the bound, the rest go back to malloc; every block is still distinct while alive.
+  {
+    std::vector<Tensor> many;
+    std::set<void*> ptrs;
+    for (int i = 0; i < 300; ++i) {  // 300 x 512 KiB = 150 MiB
+      many.push_back(full({1 << 17}, double(i)));
+      ptrs.insert(many.back().raw_data());
+    }
+    CHECK(ptrs.size() == 300);
+    for (int i = 0; i < 300; i += 37) CHECK(many[size_t(i)].to_vector<float>()[777] == float(i));
+    CHECK(cpu_allocator_stats().live_bytes == start.live_bytes + int64_t(300) * (1 << 19));
+  }
+  constexpr int64_t kBound = int64_t(64) << 20;
+  const AllocatorStats freed = cpu_allocator_stats();
+  CHECK(freed.live_bytes == start.live_bytes);
+  CHECK(freed.cached_bytes <= kBound);
+  CHECK(freed.cached_bytes > kBound - 2 * (1 << 19));
+  {
+    // The cached 512 KiB blocks come back (the cache empties of them), the rest from malloc.
+    std::vector<Tensor> again;
+    for (int i = 0; i < 200; ++i) again.push_back(Tensor::empty({1 << 17}));
+    CHECK(cpu_allocator_stats().live_bytes == start.live_bytes + int64_t(200) * (1 << 19));
+    CHECK(cpu_allocator_stats().cached_bytes < (1 << 20));
+  }
+  cpu_allocator_release_cached();
+  CHECK(cpu_allocator_stats().live_bytes == start.live_bytes);
+  CHECK(cpu_allocator_stats().cached_bytes == 0);
+}
+
 TEST_CASE("tensor: printing is NumPy-like", "[tensor][print]") {
   CHECK(tensor({1, 2.5f, -3}).str() == "tensor([1, 2.5, -3], shape=[3], dtype=float32)");
   CHECK(tensor({{1, 2}, {3, 4}}).str() ==

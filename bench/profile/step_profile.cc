@@ -1,0 +1,81 @@
+// strata-step-profile: runs the train suite's MLP or CNN step (bench/suite_train.cc, SGD
+// under the default strategy, fixed random inputs) in a loop of its own, so that a profiler
+// sees one workload only: `perf record -F 2000 build/bin/strata-step-profile cnn`, then
+// `bench/profile/classify.py perf.data` groups the samples by op class (bench/README.md
+// "Training-step profile"). Prints steps/s (wall clock) and CPU ms per step (process CPU
+// time: on a loaded machine the wall clock includes waiting for a core, CPU time does not).
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <string>
+
+#include <strata/autograd/tape.h>
+#include <strata/core/ops.h>
+#include <strata/core/random.h>
+#include <strata/core/thread_pool.h>
+#include <strata/distribute/loss_scaling.h>
+#include <strata/train/losses.h>
+#include <strata/train/nn/nn.h>
+#include <strata/train/sgd.h>
+
+namespace {
+
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
+}
+
+int usage(const char* why) {
+  std::fprintf(stderr, "strata-step-profile: %s\nusage: strata-step-profile mlp|cnn [--steps N] [--threads N]\n", why);
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace strata;
+  if (argc < 2) return usage("missing the model (mlp or cnn)");
+  const std::string which = argv[1];
+  if (which != "mlp" && which != "cnn") return usage(("unknown model '" + which + "'").c_str());
+  const bool cnn = which == "cnn";
+  int steps = cnn ? 20 : 300;
+  for (int i = 2; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if ((flag != "--steps" && flag != "--threads") || i + 1 >= argc) return usage(("bad argument '" + flag + "'").c_str());
+    const int v = std::atoi(argv[++i]);
+    if (v <= 0) return usage((flag + " needs a positive integer").c_str());
+    if (flag == "--steps") steps = v;
+    else set_num_threads(v);
+  }
+  try {
+    const int64_t batch = cnn ? 64 : 128;
+    // The train suite's models (bench/suite_train.cc make_model).
+    nn::Sequential model =
+        cnn ? nn::Sequential{nn::Conv2D(1, 32, 3), nn::ReLU(), nn::Conv2D(32, 64, 3), nn::ReLU(), nn::MaxPool2D(2),
+                             nn::Flatten(), nn::Dense(12 * 12 * 64, 128), nn::ReLU(), nn::Dense(128, 10)}
+            : nn::Sequential{nn::Dense(784, 512), nn::ReLU(), nn::Dense(512, 512), nn::ReLU(), nn::Dense(512, 10)};
+    optim::SGD opt(0.01);
+    const Tensor x = random::normal(cnn ? Shape{batch, 28, 28, 1} : Shape{batch, 784}, 1);
+    const Tensor y = cast(floor(random::uniform({batch}, 2, 0.0, 10.0)), kInt64);
+    auto step = [&] {
+      autograd::GradientTape tape;
+      Tensor loss = distribute::compute_average_loss(
+          losses::sparse_categorical_crossentropy(y, model(x), true), batch);
+      opt.apply_gradients(tape.gradient(loss, model.trainable_variables()), model.trainable_variables());
+    };
+    for (int i = 0; i < 3; ++i) step();  // warm-up: slots, caches, the allocator's free lists
+    const double cpu0 = process_cpu_seconds();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < steps; ++i) step();
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double cpu = process_cpu_seconds() - cpu0;
+    std::printf("%s threads=%d steps=%d: %.1f steps/s (wall), %.2f ms CPU per step\n", which.c_str(), num_threads(),
+                steps, double(steps) / wall, cpu / double(steps) * 1e3);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "strata-step-profile: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
