@@ -314,9 +314,12 @@ GlooCommunicator::~GlooCommunicator() {
 const char* GlooCommunicator::allreduce_algorithm(int64_t bytes) const {
   if (options_.comm.implementation == CommunicationImplementation::Ring) return "ring";
   const int64_t direct_max = options_.direct_max_bytes >= 0 ? options_.direct_max_bytes
-                             : size_ <= 2                    ? std::numeric_limits<int64_t>::max()
+                             : size_ <= 2                    ? int64_t(512) << 10
                                                              : int64_t(768) << 10;
-  if (bytes <= direct_max) return "direct";
+  const int64_t direct_again = options_.direct_again_bytes >= 0 ? options_.direct_again_bytes
+                               : size_ <= 2                      ? int64_t(16) << 20
+                                                                 : std::numeric_limits<int64_t>::max();
+  if (bytes <= direct_max || bytes >= direct_again) return "direct";
   const int64_t ring_min = options_.ring_min_bytes >= 0 ? options_.ring_min_bytes
                            : size_ <= 2                  ? int64_t(4) << 20
                                                          : int64_t(16) << 20;

@@ -64,18 +64,22 @@ struct GlooCommunicatorOptions {
   // forces the ring all-reduce at every size.
   CommunicationOptions comm;
   // all_reduce picks one of three algorithms by buffer size (allreduce_algorithm()):
-  //  - "direct" up to direct_max_bytes: every rank sends its buffer to every other in
-  //    one round and sums what it receives locally, in rank order (so every rank computes
-  //    bit-identical results), segment by segment so that summing overlaps receiving,
-  //    into a scratch buffer kept across calls. One message latency instead of Gloo's
-  //    2 log2(n) (bcube) or 2(n-1) (ring) dependent steps; each rank sends (n-1) x bytes,
-  //    the same as the ring with 2 ranks, more with more ranks.
-  //  - Gloo's "bcube" (recursive halving-doubling) from there up to ring_min_bytes;
+  //  - "direct" up to direct_max_bytes, and from direct_again_bytes: every rank sends
+  //    its buffer to every other in one round and sums what it receives locally, in
+  //    rank order (so every rank computes bit-identical results), in 512 KB segments so
+  //    that summing overlaps receiving, into a scratch buffer kept across calls. One
+  //    message latency instead of Gloo's 2 log2(n) (bcube) or 2(n-1) (ring) dependent
+  //    steps; each rank sends (n-1) x bytes: with 2 ranks as many as the ring, with more
+  //    ranks more, which is why it is only for small buffers there.
+  //  - Gloo's "bcube" (recursive halving-doubling) below ring_min_bytes;
   //  - Gloo's pipelined, bandwidth-optimal "ring" from ring_min_bytes.
   // -1 (the defaults) picks by group size, from loopback measurements (strata-bench
-  // collectives, bench/README.md): with 2 ranks direct at every size; with more ranks
-  // direct up to 768 KB, bcube below 16 MB, ring from 16 MB.
+  // collectives, bench/README.md): with 2 ranks direct up to 512 KB and from 16 MB
+  // (between them Gloo's own algorithms were faster: the direct exchange measured
+  // 0.78-0.94x at 1-4 MB), bcube below 4 MB, ring from 4 MB; with more ranks direct up
+  // to 768 KB, bcube below 16 MB, ring from 16 MB.
   int64_t direct_max_bytes = -1;
+  int64_t direct_again_bytes = -1;
   int64_t ring_min_bytes = -1;
   // A second client of the same store for the heartbeat thread (its timeout should be
   // comm.stall_timeout_seconds). Null: no heartbeats, so a stalled peer is only found at

@@ -178,6 +178,7 @@ TEST_CASE("Gloo all_reduce: direct, bcube and ring all reduce correctly at every
       spec.tweak = [algorithm](GlooCommunicatorOptions& o) {
         if (algorithm == "ring") o.comm.implementation = CommunicationImplementation::Ring;
         o.direct_max_bytes = algorithm == "direct" ? (int64_t(1) << 40) : 0;
+        o.direct_again_bytes = int64_t(1) << 41;
         o.ring_min_bytes = algorithm == "ring" ? 0 : (int64_t(1) << 40);
       };
       require_all_ok(run_group(spec, [algorithm](int rank, Communicator& comm) -> std::string {
@@ -194,10 +195,15 @@ TEST_CASE("Gloo all_reduce: direct, bcube and ring all reduce correctly at every
     }
   }
 #ifdef STRATA_HAS_GLOO
-  // The defaults: with 2 ranks the direct exchange at every size.
+  // The defaults: with 2 ranks the direct exchange up to 512 KB and from 16 MB, Gloo's
+  // algorithms between.
   require_all_ok(run_group({2}, [](int, Communicator& comm) -> std::string {
     auto& gc = dynamic_cast<GlooCommunicator&>(comm);
     if (std::string(gc.allreduce_algorithm(1024)) != "direct") return "1 KB should use direct";
+    if (std::string(gc.allreduce_algorithm(512 << 10)) != "direct") return "512 KB should use direct";
+    if (std::string(gc.allreduce_algorithm(1 << 20)) != "bcube") return "1 MB should use bcube";
+    if (std::string(gc.allreduce_algorithm(4 << 20)) != "ring") return "4 MB should use ring";
+    if (std::string(gc.allreduce_algorithm(16 << 20)) != "direct") return "16 MB should use direct";
     if (std::string(gc.allreduce_algorithm(64 << 20)) != "direct") return "64 MB should use direct";
     return {};
   }));
