@@ -333,17 +333,20 @@ int run(const Config& c) {
                 << model_dir_lock->path().string() << ")\n";
   }
   distribute::WriteDir checkpoint_dir(model_dir / "checkpoints", *strategy);
+  train::CheckpointManager manager(checkpoint, checkpoint_dir.path(), /*max_to_keep=*/3,
+                                   /*checkpoint_interval=*/c.steps_per_loop * 5, global_step);
   if (checkpoint_dir.temporary() && c.restore_checkpoint.empty()) {
     const std::optional<std::string> latest =
         train::CheckpointManager(checkpoint, model_dir / "checkpoints", 1).latest_checkpoint();
     if (latest) {
       auto scope = strategy->scope();
-      checkpoint.restore(*latest);
+      // Through this worker's manager, so that it counts the checkpoint interval from the
+      // restored step as the chief's does: every worker then saves at the same steps,
+      // which a save that is a collective needs (whole ZeRO-1 slots, sync-on-read values).
+      manager.restore(*latest);
       std::cerr << "strata-train: worker " << strategy->worker_index() << " resumed from " << *latest << "\n";
     }
   }
-  train::CheckpointManager manager(checkpoint, checkpoint_dir.path(), /*max_to_keep=*/3,
-                                   /*checkpoint_interval=*/c.steps_per_loop * 5, global_step);
   train::ControllerOptions co;
   co.strategy = strategy.get();
   co.trainer = &trainer;
