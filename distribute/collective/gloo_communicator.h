@@ -70,7 +70,8 @@ struct GlooCommunicatorOptions {
   //    that summing overlaps receiving, into a scratch buffer kept across calls. One
   //    message latency instead of Gloo's 2 log2(n) (bcube) or 2(n-1) (ring) dependent
   //    steps; each rank sends (n-1) x bytes: with 2 ranks as many as the ring, with more
-  //    ranks more, which is why it is only for small buffers there.
+  //    ranks more, which is why it is only for small buffers there. The scratch buffer
+  //    holds at most 8 segments (4 MB) per peer and lives as long as the communicator.
   //  - Gloo's "bcube" (recursive halving-doubling) below ring_min_bytes;
   //  - Gloo's pipelined, bandwidth-optimal "ring" from ring_min_bytes.
   // -1 (the defaults) picks by group size, from loopback measurements (strata-bench
