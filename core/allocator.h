@@ -22,7 +22,7 @@ struct AllocatorStats {
   int64_t live_bytes = 0;   // currently allocated
   int64_t peak_bytes = 0;   // high-water mark since start (or last reset)
   int64_t allocations = 0;  // number of allocate() calls
-  int64_t cached_bytes = 0; // freed blocks held for reuse (not live); 0 where none are kept
+  int64_t cached_bytes = 0; // freed blocks the CPU allocator holds for reuse (not live); 0 elsewhere
 };
 
 class Allocator {

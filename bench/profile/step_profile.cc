@@ -43,7 +43,9 @@ int main(int argc, char** argv) {
   int steps = cnn ? 20 : 300;
   for (int i = 2; i < argc; ++i) {
     const std::string flag = argv[i];
-    if ((flag != "--steps" && flag != "--threads") || i + 1 >= argc) return usage(("bad argument '" + flag + "'").c_str());
+    if ((flag != "--steps" && flag != "--threads") || i + 1 >= argc) {
+      return usage(("bad argument '" + flag + "'").c_str());
+    }
     const int v = std::atoi(argv[++i]);
     if (v <= 0) return usage((flag + " needs a positive integer").c_str());
     if (flag == "--steps") steps = v;
