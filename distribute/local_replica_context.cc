@@ -2,6 +2,7 @@
 
 #include <strata/autograd/tape.h>
 #include <strata/core/ops.h>
+#include <strata/core/thread_pool.h>
 #include <strata/distribute/collective/nccl_communicator.h>
 #include <strata/distribute/cross_worker.h>
 #include <strata/distribute/strategy.h>
@@ -131,8 +132,13 @@ GradientReducer* LocalReplicaContext::gradient_hook() {
     o.asynchronous = device_.is_cpu() && strategy_.local_collectives() == nullptr;
     // One bucket's collective: the local wait, plus the cross-worker one.
     o.wait_timeout_seconds = gradient_comm_.group().timeout_seconds() + options.timeout_seconds + 10.0;
+    // The communication thread folds with the replica thread's share of the cores (one
+    // on a machine with as many cores as replicas), not the whole intra-op pool, which
+    // the replicas computing backward are using.
+    const int limit = thread_parallelism_limit();
     reducer_ = std::make_unique<GradientReducer>(
-        [this](const Tensor& bucket, const std::string& what) {
+        [this, limit](const Tensor& bucket, const std::string& what) {
+          set_thread_parallelism_limit(limit);
           reduce_buffer(gradient_comm_, bucket, ReduceOp::Sum, what);
         },
         o);
