@@ -1,5 +1,6 @@
 // train suite: steps/s of the MLP 784-512-512-10 (batch 128) and the MNIST CNN (batch 64)
-// under Default, Mirrored(1..cores) and CentralStorage(2), each next to the Default
+// under Default, Mirrored(1..cores), Mirrored(2) reducing gradients only after backward
+// (overlap_gradient_reduction off) and CentralStorage(2), each next to the Default
 // strategy measured in the same run. (bench/compare/ runs the same workloads in PyTorch.)
 #include "bench/bench.h"
 #include <strata/autograd/tape.h>
@@ -64,6 +65,15 @@ std::vector<Result> train_suite(const Options& o) {
       distribute::MirroredStrategy m(distribute::MirroredStrategy::cpu_devices(n));
       const double v = steps_per_second(m, cnn, batch, steps, reps);
       out.push_back({"train", model + " mirrored(" + std::to_string(n) + ")", v, "steps/s", 0, "default strategy", base});
+    }
+    {
+      // The gradient reduction after backward, as before issue 18 (the overlap's effect).
+      distribute::CommunicationOptions after_backward;
+      after_backward.overlap_gradient_reduction = false;
+      distribute::MirroredStrategy m(distribute::MirroredStrategy::cpu_devices(2), distribute::CrossDeviceOps::Default,
+                                     after_backward);
+      const double v = steps_per_second(m, cnn, batch, steps, reps);
+      out.push_back({"train", model + " mirrored(2) no overlap", v, "steps/s", 0, "default strategy", base});
     }
     distribute::CentralStorageStrategy cs(distribute::MirroredStrategy::cpu_devices(2));
     const double v = steps_per_second(cs, cnn, batch, steps, reps);

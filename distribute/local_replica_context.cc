@@ -1,9 +1,8 @@
 #include <strata/distribute/local_replica_context.h>
 
-#include <map>
-
 #include <strata/autograd/tape.h>
 #include <strata/core/ops.h>
+#include <strata/core/thread_pool.h>
 #include <strata/distribute/collective/nccl_communicator.h>
 #include <strata/distribute/cross_worker.h>
 #include <strata/distribute/strategy.h>
@@ -51,8 +50,13 @@ ReplicaContext* get_replica_context() {
 bool in_cross_replica_context() { return t_context == nullptr && has_strategy(); }
 
 LocalReplicaContext::LocalReplicaContext(Strategy& strategy, int replica, Device device,
-                                         std::shared_ptr<InProcessGroup> group)
-    : strategy_(strategy), replica_(replica), device_(device), comm_(std::move(group), replica) {}
+                                         std::shared_ptr<InProcessGroup> group,
+                                         std::shared_ptr<InProcessGroup> gradient_group)
+    : strategy_(strategy),
+      replica_(replica),
+      device_(device),
+      comm_(std::move(group), replica),
+      gradient_comm_(std::move(gradient_group), replica) {}
 
 int LocalReplicaContext::num_replicas_in_sync() const { return strategy_.num_replicas_in_sync(); }
 
@@ -60,72 +64,94 @@ int LocalReplicaContext::replica_id_in_sync_group() const {
   return strategy_.worker_index() * strategy_.num_local_replicas() + replica_;
 }
 
+void LocalReplicaContext::reduce_buffer(InProcessCommunicator& comm, const Tensor& buffer, ReduceOp op,
+                                        const std::string& what) {
+  if (Communicator* workers = strategy_.worker_communicator()) {
+    // Hierarchical: the local replicas' buffers are folded on the first replica, which
+    // all-reduces the result across workers; every local replica copies it back. No
+    // barrier is needed before the next merge: the first replica overwrites the shared
+    // result only after every replica has arrived there, i.e. after copying this one.
+    const ReduceOp local_op = op == ReduceOp::Mean ? ReduceOp::Sum : op;
+    Tensor total = comm.merge(what, buffer, [&](const std::vector<Tensor>& parts) {
+      Tensor local = fold_reduce(parts, local_op, parts[0].device());
+      return cross_worker_all_reduce(*workers, op, local, strategy_.num_replicas_in_sync());
+    });
+    buffer.copy_(total);
+  } else if (LocalCollectiveGroup* nccl = strategy_.local_collectives()) {
+    // NcclAllReduce: each replica reduces its own GPU's buffer through its rank.
+    nccl->communicator(comm.rank()).all_reduce(buffer, op);
+  } else {
+    comm.all_reduce(buffer, op, what);
+  }
+}
+
 std::vector<Tensor> LocalReplicaContext::all_reduce(ReduceOp op, const std::vector<Tensor>& values) {
   autograd::StopRecording no_tape;
-  std::vector<Tensor> out(values.size());
-  Communicator* workers = strategy_.worker_communicator();
-  if (comm_.size() == 1 && !workers) {
-    for (size_t i = 0; i < values.size(); ++i) out[i] = values[i];
-    return out;
-  }
-  // Pack tensors of one dtype into flat buckets of at most bytes_per_pack (0: one bucket),
-  // reduce each bucket with one collective, and unpack: one rendezvous per bucket rather
-  // than per tensor.
-  const int64_t pack_bytes = strategy_.communication_options().bytes_per_pack;
-  std::map<DType, std::vector<size_t>> by_dtype;
-  for (size_t i = 0; i < values.size(); ++i) {
-    if (values[i].defined()) by_dtype[values[i].dtype()].push_back(i);
-  }
-  for (auto& [dtype, indices] : by_dtype) {
-    size_t begin = 0;
-    while (begin < indices.size()) {
-      size_t end = begin;
-      int64_t bytes = 0;
-      do {
-        bytes += int64_t(values[indices[end]].nbytes());
-        ++end;
-      } while (end < indices.size() &&
-               (pack_bytes <= 0 || bytes + int64_t(values[indices[end]].nbytes()) <= pack_bytes));
-      Tensor buffer;
-      if (end - begin == 1) {
-        buffer = reshape(values[indices[begin]], {-1}).clone();
-      } else {
-        std::vector<Tensor> flat;
-        for (size_t k = begin; k < end; ++k) flat.push_back(reshape(values[indices[k]], {values[indices[k]].numel()}));
-        buffer = concat(flat, 0);
-      }
-      if (workers) {
-        // Hierarchical: the local replicas' buckets are folded on the first replica, which
-        // all-reduces the result across workers; every local replica copies it back.
-        const ReduceOp local_op = op == ReduceOp::Mean ? ReduceOp::Sum : op;
-        const std::string what = std::string("all_reduce(") + reduce_op_name(op) + ", " + dtype_name(buffer.dtype()) +
-                                 shape_str(buffer.shape()) + ")";
-        Tensor total = comm_.merge(what, buffer, [&](const std::vector<Tensor>& parts) {
-          Tensor local = fold_reduce(parts, local_op, parts[0].device());
-          return cross_worker_all_reduce(*workers, op, local, strategy_.num_replicas_in_sync());
-        });
-        // No barrier needed before the next merge: the first replica overwrites the shared
-        // result only after every replica has arrived there, i.e. after copying this one.
-        buffer.copy_(total);
-      } else if (LocalCollectiveGroup* nccl = strategy_.local_collectives()) {
-        // NcclAllReduce: each replica reduces its own GPU's buffer through its rank.
-        nccl->communicator(comm_.rank()).all_reduce(buffer, op);
-      } else {
-        comm_.all_reduce(buffer, op);
-      }
-      int64_t offset = 0;
-      for (size_t k = begin; k < end; ++k) {
-        const Tensor& v = values[indices[k]];
-        out[indices[k]] = reshape(buffer.slice(0, offset, offset + v.numel()), v.shape());
-        offset += v.numel();
-      }
-      begin = end;
+  if (comm_.size() == 1 && !strategy_.worker_communicator()) return values;
+  drain_gradients();
+  // One rendezvous per bucket rather than per tensor (gradient_reducer.h packs).
+  return GradientReducer::reduce_packed(values, strategy_.communication_options().bytes_per_pack,
+                                        [&](const Tensor& buffer) {
+                                          reduce_buffer(comm_, buffer, op,
+                                                        std::string("all_reduce(") + reduce_op_name(op) + ", " +
+                                                            dtype_name(buffer.dtype()) + shape_str(buffer.shape()) +
+                                                            ")");
+                                        });
+}
+
+std::vector<Tensor> LocalReplicaContext::sum_gradients(const std::vector<Tensor>& grads) {
+  if (!reducer_) return all_reduce(ReduceOp::Sum, grads);
+  autograd::StopRecording no_tape;
+  std::vector<Tensor> out = reducer_->take(grads);
+  // The gradients the reducer does not hold (changed after backward, or computed without
+  // its hook) are reduced now; which ones is the same on every replica.
+  std::vector<size_t> rest;
+  std::vector<Tensor> values;
+  for (size_t i = 0; i < grads.size(); ++i) {
+    if (grads[i].defined() && !out[i].defined()) {
+      rest.push_back(i);
+      values.push_back(grads[i]);
     }
+  }
+  if (!values.empty()) {
+    std::vector<Tensor> reduced = all_reduce(ReduceOp::Sum, values);
+    for (size_t k = 0; k < rest.size(); ++k) out[rest[k]] = reduced[k];
   }
   return out;
 }
 
+GradientReducer* LocalReplicaContext::gradient_hook() {
+  const CommunicationOptions& options = strategy_.communication_options();
+  if (!options.overlap_gradient_reduction || strategy_.num_replicas_in_sync() <= 1) return nullptr;
+  if (!reducer_) {
+    GradientReducer::Options o;
+    o.bytes_per_pack = options.bytes_per_pack;
+    // The communication thread serves CPU replicas. NCCL (stream-ordered: its host call
+    // returns once queued) and GPU replicas reducing in device memory launch each bucket
+    // inline, from the replica thread, keeping its device stream order.
+    o.asynchronous = device_.is_cpu() && strategy_.local_collectives() == nullptr;
+    // One bucket's collective: the local wait, plus the cross-worker one.
+    o.wait_timeout_seconds = gradient_comm_.group().timeout_seconds() + options.timeout_seconds + 10.0;
+    // The communication thread folds with the replica thread's share of the cores (one
+    // on a machine with as many cores as replicas), not the whole intra-op pool, which
+    // the replicas computing backward are using.
+    const int limit = thread_parallelism_limit();
+    reducer_ = std::make_unique<GradientReducer>(
+        [this, limit](const Tensor& bucket, const std::string& what) {
+          set_thread_parallelism_limit(limit);
+          reduce_buffer(gradient_comm_, bucket, ReduceOp::Sum, what);
+        },
+        o);
+  }
+  return reducer_.get();
+}
+
+void LocalReplicaContext::end_step(bool failed) {
+  if (reducer_) reducer_->end_step(failed);
+}
+
 Tensor LocalReplicaContext::all_gather(const Tensor& value, int64_t axis) {
+  drain_gradients();
   Communicator* workers = strategy_.worker_communicator();
   if (!workers) return comm_.all_gather_concat(value, axis);
   autograd::StopRecording no_tape;
@@ -143,6 +169,7 @@ Tensor LocalReplicaContext::all_gather(const Tensor& value, int64_t axis) {
 }
 
 void LocalReplicaContext::barrier() {
+  drain_gradients();
   comm_.barrier();
   if (Communicator* workers = strategy_.worker_communicator()) {
     comm_.run_once("barrier()", [&]() -> std::shared_ptr<void> {
@@ -160,6 +187,7 @@ Tensor LocalReplicaContext::merge_call(const std::function<Tensor(const std::vec
 Tensor LocalReplicaContext::merge_call(const std::string& what,
                                        const std::function<Tensor(const std::vector<Tensor>&)>& fn,
                                        const Tensor& value) {
+  drain_gradients();
   return comm_.merge(what, value, [&](const std::vector<Tensor>& values) {
     detail::CrossReplicaGuard cross_replica;  // fn runs in cross-replica context
     return fn(values);
@@ -175,6 +203,7 @@ void LocalReplicaContext::run_once(const std::function<void()>& fn) {
 
 std::shared_ptr<void> LocalReplicaContext::run_once_shared(const std::string& what,
                                                            const std::function<std::shared_ptr<void>()>& fn) {
+  drain_gradients();
   return comm_.run_once(what, [&] {
     detail::CrossReplicaGuard cross_replica;
     return fn();

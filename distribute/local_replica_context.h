@@ -6,13 +6,18 @@
 #include <string>
 
 #include <strata/distribute/collective/in_process.h>
+#include <strata/distribute/gradient_reducer.h>
 #include <strata/distribute/replica_context.h>
 
 namespace strata::distribute {
 
 class LocalReplicaContext final : public ReplicaContext {
  public:
-  LocalReplicaContext(Strategy& strategy, int replica, Device device, std::shared_ptr<InProcessGroup> group);
+  // `gradient_group` joins the replicas' gradient reducers: a group of its own, so that
+  // buckets reduced on communication threads never interleave with the replicas' other
+  // collectives.
+  LocalReplicaContext(Strategy& strategy, int replica, Device device, std::shared_ptr<InProcessGroup> group,
+                      std::shared_ptr<InProcessGroup> gradient_group);
 
   Strategy& strategy() const override { return strategy_; }
   // Over every worker: worker_index * local replicas + the local index.
@@ -21,6 +26,7 @@ class LocalReplicaContext final : public ReplicaContext {
   Device device() const override { return device_; }
   using ReplicaContext::all_reduce;
   std::vector<Tensor> all_reduce(ReduceOp op, const std::vector<Tensor>& values) override;
+  std::vector<Tensor> sum_gradients(const std::vector<Tensor>& grads) override;
   Tensor all_gather(const Tensor& value, int64_t axis) override;
   Tensor merge_call(const std::function<Tensor(const std::vector<Tensor>&)>& fn, const Tensor& value) override;
   void run_once(const std::function<void()>& fn) override;
@@ -37,11 +43,30 @@ class LocalReplicaContext final : public ReplicaContext {
   int local_index() const { return comm_.rank(); }
   InProcessCommunicator& communicator() { return comm_; }
 
+  // The hook Strategy::run installs on this replica's thread: the gradient reducer, or
+  // nullptr with one replica in sync or CommunicationOptions::overlap_gradient_reduction
+  // off. Created on first use (the worker count is known only then).
+  GradientReducer* gradient_hook();
+  // Called by Strategy::run when the replica's step function returned (`failed`: it
+  // threw): waits for its gradient buckets still in flight and forgets them.
+  void end_step(bool failed);
+
  private:
+  // Sums `buffer` in place over every replica of every worker: through the local group,
+  // then (several workers) across workers from the first local replica.
+  void reduce_buffer(InProcessCommunicator& comm, const Tensor& buffer, ReduceOp op, const std::string& what);
+  // Before any other collective: the gradient buckets in flight complete first, so the
+  // transports see every replica's calls in the same order.
+  void drain_gradients() {
+    if (reducer_) reducer_->wait_all();
+  }
+
   Strategy& strategy_;
   int replica_;
   Device device_;
   InProcessCommunicator comm_;
+  InProcessCommunicator gradient_comm_;
+  std::unique_ptr<GradientReducer> reducer_;
 };
 
 }  // namespace strata::distribute

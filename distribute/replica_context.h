@@ -38,9 +38,13 @@ class ReplicaContext {
 
   // Reduces each tensor across all replicas in sync; every replica gets the result (on
   // its own device). Undefined tensors stay undefined. Tensors of one dtype are packed
-  // into buckets of CommunicationOptions::bytes_per_pack (0 = one bucket).
+  // into buckets of CommunicationOptions::bytes_per_pack (0 = one bucket per dtype).
   virtual std::vector<Tensor> all_reduce(ReduceOp op, const std::vector<Tensor>& values) = 0;
   Tensor all_reduce(ReduceOp op, const Tensor& value) { return all_reduce(op, std::vector<Tensor>{value})[0]; }
+  // Sums gradients across replicas (Optimizer::apply_gradients' aggregation): the same
+  // result as all_reduce(Sum, grads), but gradients already being reduced while backward
+  // ran (distribute/gradient_reducer.h) are taken from their buckets.
+  virtual std::vector<Tensor> sum_gradients(const std::vector<Tensor>& grads) { return all_reduce(ReduceOp::Sum, grads); }
   // Concatenates every replica's value along `axis` (extents along axis may differ).
   virtual Tensor all_gather(const Tensor& value, int64_t axis) = 0;
   // tf's merge_call: runs fn once, in cross-replica context, with every replica's value

@@ -91,13 +91,14 @@ Strategy::Strategy(std::vector<Device> devices, CommunicationOptions options, Cr
   group_ = std::make_shared<InProcessGroup>(int(devices_.size()),
                                             local_timeout_seconds > 0 ? local_timeout_seconds : options_.timeout_seconds,
                                             in_process_algorithm(cross_device_ops_));
+  gradient_group_ = std::make_shared<InProcessGroup>(group_->size(), group_->timeout_seconds(), group_->algorithm());
   if (cross_device_ops_ == CrossDeviceOps::NcclAllReduce && devices_.size() > 1) {
     CommunicationOptions local = options_;
     if (local_timeout_seconds > 0) local.timeout_seconds = local_timeout_seconds;
     local_collectives_ = nccl_backend()->local_group(devices_, local);
   }
   for (size_t r = 0; r < devices_.size(); ++r) {
-    contexts_.push_back(std::make_unique<LocalReplicaContext>(*this, int(r), devices_[r], group_));
+    contexts_.push_back(std::make_unique<LocalReplicaContext>(*this, int(r), devices_[r], group_, gradient_group_));
   }
 }
 
@@ -160,7 +161,20 @@ void Strategy::run_replicas(const std::function<void(int)>& body) {
     } guard;
     detail::set_replica_context(contexts_[0].get());
     DeviceGuard on_device(devices_[0]);  // as TensorFlow does inside strategy.run
-    body(0);
+    LocalReplicaContext& ctx = *contexts_[0];
+    GradientReducer* reducer = ctx.gradient_hook();  // several workers only
+    if (!reducer) {
+      body(0);
+      return;
+    }
+    autograd::GradientHookScope hook(reducer);
+    try {
+      body(0);
+    } catch (...) {
+      ctx.end_step(/*failed=*/true);  // the buckets in flight end within their timeouts
+      throw;
+    }
+    ctx.end_step(/*failed=*/false);
     return;
   }
   std::lock_guard<std::mutex> run_lock(run_mutex_);  // one multi-replica run at a time
@@ -174,6 +188,7 @@ void Strategy::run_replicas(const std::function<void(int)>& body) {
     });
   }
   group_->begin_round();
+  gradient_group_->begin_round();
   if (local_collectives_) local_collectives_->begin_round();
   std::mutex error_mutex;
   std::string first_error;
@@ -199,6 +214,7 @@ void Strategy::run_replicas(const std::function<void(int)>& body) {
       }
     }
     group_->abort("replica " + std::to_string(r) + " failed: " + what);
+    gradient_group_->abort("replica " + std::to_string(r) + " failed: " + what);
     if (local_collectives_) local_collectives_->abort("replica " + std::to_string(r) + " failed: " + what);
   };
   threads_->run([&](int r) {
@@ -207,18 +223,32 @@ void Strategy::run_replicas(const std::function<void(int)>& body) {
       detail::set_replica_context(contexts_[size_t(r)].get());
       // The replica's device is current: creation ops and temporaries land on it.
       DeviceGuard on_device(devices_[size_t(r)]);
-      try {
+      LocalReplicaContext& ctx = *contexts_[size_t(r)];
+      // Runs fn, recording its failure (which aborts the groups); true when it threw.
+      auto guarded = [&](const std::function<void()>& fn) {
+        try {
+          fn();
+          return false;
+        } catch (const PeerFailure& e) {
+          record(r, e.what(), &e);
+        } catch (const std::exception& e) {
+          record(r, e.what());
+        } catch (...) {
+          record(r, "unknown exception");
+        }
+        return true;
+      };
+      const bool failed = guarded([&] {
+        autograd::GradientHookScope hook(ctx.gradient_hook());
         body(r);
-      } catch (const PeerFailure& e) {
-        record(r, e.what(), &e);
-      } catch (const std::exception& e) {
-        record(r, e.what());
-      } catch (...) {
-        record(r, "unknown exception");
-      }
+      });
+      // The gradient buckets still in flight: waited for after a finished step; after a
+      // failed one, released by the abort record() made, and forgotten.
+      guarded([&] { ctx.end_step(failed); });
       detail::set_replica_context(nullptr);
     }
     group_->finish(r);
+    gradient_group_->finish(r);
     if (local_collectives_) local_collectives_->finish(r);
   });
   if (peer_failure) throw peer_failure->with_message("replica " + std::to_string(peer_replica) + ": " + peer_error);

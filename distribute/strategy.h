@@ -248,6 +248,7 @@ class Strategy {
   std::shared_ptr<Communicator> worker_comm_;
   StrategyExtended extended_;
   std::shared_ptr<InProcessGroup> group_;
+  std::shared_ptr<InProcessGroup> gradient_group_;  // the local replicas' gradient reducers
   std::unique_ptr<LocalCollectiveGroup> local_collectives_;
   std::vector<std::unique_ptr<LocalReplicaContext>> contexts_;
   std::mutex run_mutex_;  // one run() at a time

@@ -173,7 +173,7 @@ std::vector<Tensor> all_reduce_sum_gradients(const std::vector<Tensor>& grads) {
   // Which gradients are defined is structural (the same on every replica), so skipping
   // the collective when there is nothing to reduce keeps replicas matched.
   std::vector<Tensor> reduced;
-  if (!to_reduce.empty()) reduced = ctx->all_reduce(distribute::ReduceOp::Sum, to_reduce);
+  if (!to_reduce.empty()) reduced = ctx->sum_gradients(to_reduce);
   STRATA_CHECK(reduced.size() == defined.size(), "optim::all_reduce_sum_gradients: all_reduce returned ",
                reduced.size(), " tensors for ", defined.size());
   for (size_t k = 0; k < defined.size(); ++k) g[defined[k]] = reduced[k];

@@ -11,8 +11,9 @@
 //
 // apply_gradients(grads, vars), in order:
 //   1. In a replica context with more than one replica in sync, every defined gradient is
-//      summed across replicas in one all_reduce (undefined gradients are skipped), unless
-//      aggregate_gradients is false (all_reduce_sum_gradients below).
+//      summed across replicas (ReplicaContext::sum_gradients: the buckets the gradient
+//      reducer started during backward, the rest in one all_reduce; undefined gradients
+//      are skipped), unless aggregate_gradients is false (all_reduce_sum_gradients below).
 //   2. With global_clipnorm > 0, the gradients are clipped by their global norm.
 //   3. Each variable with a defined gradient is updated in place on its current component
 //      (`var.value().copy_(...)`, never var.assign: distributed variables reject

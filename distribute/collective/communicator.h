@@ -11,6 +11,7 @@
 #include <string>
 
 #include <strata/core/tensor.h>
+#include <strata/distribute/collective/comm_work.h>
 
 namespace strata::distribute {
 
@@ -21,13 +22,20 @@ enum class CommunicationImplementation { Auto, Ring, Nccl };
 
 struct CommunicationOptions {
   CommunicationImplementation implementation = CommunicationImplementation::Auto;
-  int64_t bytes_per_pack = 0;     // 0: one pack for all gradients of a step
+  // Gradient buckets (distribute/gradient_reducer.h) and the packs of replica-context
+  // all_reduce: 0 means DDP's gradient buckets (256 KiB first, then 25 MiB) and one pack
+  // per dtype for all_reduce.
+  int64_t bytes_per_pack = 0;
   double timeout_seconds = 300.0;  // every collective fails after this long
   // Multi-process backends with heartbeats (Gloo): a peer whose process stops running
   // (no heartbeat; SIGSTOP, a frozen machine) is named and the collective fails after this
   // long; a peer that runs but is slow is waited for up to timeout_seconds
   // (distribute/collective/heartbeat.h). A dead peer is reported at once.
   double stall_timeout_seconds = 60.0;
+  // Sum each bucket of gradients across replicas as soon as backward has finished it,
+  // on a communication thread, while backward goes on (PyTorch DDP); false: one
+  // reduction of every gradient in apply_gradients, after backward.
+  bool overlap_gradient_reduction = true;
 };
 
 class Communicator {
@@ -43,6 +51,20 @@ class Communicator {
 
   // Reduces `buffer` across ranks in place (Mean divides by size()).
   virtual void all_reduce(const Tensor& buffer, ReduceOp op) = 0;
+  // all_reduce started asynchronously: `buffer` must stay untouched until the returned
+  // work's wait() returned. Async calls and the synchronous ones are still issued in the
+  // same order on every rank. This default runs the collective now, on the caller's
+  // thread, and returns a completed work (its failure is rethrown by wait()); a backend
+  // with a communication thread or stream overrides it.
+  virtual std::shared_ptr<CommWork> all_reduce_async(const Tensor& buffer, ReduceOp op) {
+    std::exception_ptr error;
+    try {
+      all_reduce(buffer, op);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    return CommWork::completed(backend() + " all_reduce(" + reduce_op_name(op) + ")", error);
+  }
   // Copies root's `buffer` into every other rank's `buffer`.
   virtual void broadcast(const Tensor& buffer, int root) = 0;
   // output = concatenation of every rank's `input` along axis 0 (output has size()x rows).

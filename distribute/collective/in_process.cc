@@ -246,12 +246,17 @@ InProcessCommunicator::InProcessCommunicator(std::shared_ptr<InProcessGroup> gro
 }
 
 void InProcessCommunicator::all_reduce(const Tensor& buffer, ReduceOp op) {
-  autograd::StopRecording no_tape;
   STRATA_CHECK(buffer.defined() && buffer.is_contiguous(), "all_reduce: the buffer must be a defined, contiguous tensor");
+  if (group_->size() == 1) return;  // every reduction over one rank is the identity
+  all_reduce(buffer, op, describe("all_reduce", buffer, reduce_op_name(op)));
+}
+
+void InProcessCommunicator::all_reduce(const Tensor& buffer, ReduceOp op, const std::string& label) {
+  autograd::StopRecording no_tape;
+  STRATA_CHECK(buffer.defined() && buffer.is_contiguous(), label, ": the buffer must be a defined, contiguous tensor");
   InProcessGroup& g = *group_;
   const int n = g.size();
   if (n == 1) return;  // every reduction over one rank is the identity
-  const std::string label = describe("all_reduce", buffer, reduce_op_name(op));
   g.inputs[size_t(rank_)] = buffer;
   g.sync(rank_, label);
   const int64_t numel = buffer.numel();

@@ -95,6 +95,9 @@ class InProcessCommunicator final : public Communicator {
   std::string backend() const override { return "in-process"; }
   // buffer must be contiguous (it is reduced in place).
   void all_reduce(const Tensor& buffer, ReduceOp op) override;
+  // all_reduce whose ranks are matched by `what` (a caller's description, e.g. a gradient
+  // bucket's variables) rather than by the buffer's dtype and shape alone.
+  void all_reduce(const Tensor& buffer, ReduceOp op, const std::string& what);
   void broadcast(const Tensor& buffer, int root) override;
   void all_gather(const Tensor& input, const Tensor& output) override;
   void reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op) override;

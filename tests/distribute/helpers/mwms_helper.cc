@@ -139,10 +139,13 @@ int run_collectives(double timeout) {
 }
 
 int run_train(const std::string& out, int epochs, bool seed_per_worker, int die_worker, int die_at_step,
-              int stall_worker, int stop_worker, double timeout, double stall_timeout) {
+              int stall_worker, int stop_worker, double timeout, double stall_timeout, bool no_overlap,
+              int64_t bytes_per_pack) {
   CommunicationOptions o;
   o.timeout_seconds = timeout;
   o.stall_timeout_seconds = stall_timeout;
+  o.overlap_gradient_reduction = !no_overlap;
+  o.bytes_per_pack = bytes_per_pack;
   MultiWorkerMirroredStrategy s(ClusterResolver::from_environment(), o);
   const int w = s.worker_index();
   const auto t0 = std::chrono::steady_clock::now();
@@ -222,8 +225,8 @@ int main(int argc, char** argv) {
   double timeout = 60, stall_timeout = 60;
   std::string out, policy = "auto", files;
   int epochs = 2, die_worker = -1, die_at_step = -1, stall_worker = -1, stop_worker = -1;
-  bool seed_per_worker = false;
-  int64_t examples = 40, global_batch = 8;
+  bool seed_per_worker = false, no_overlap = false;
+  int64_t examples = 40, global_batch = 8, bytes_per_pack = 0;
   auto* coll = app.add_subcommand("collectives", "check every collective");
   coll->add_option("--timeout", timeout);
   auto* train = app.add_subcommand("train", "train the test MLP");
@@ -236,6 +239,9 @@ int main(int argc, char** argv) {
   train->add_option("--stop-worker", stop_worker);
   train->add_option("--timeout", timeout);
   train->add_option("--stall-timeout", stall_timeout);
+  // Gradients reduced after backward, in apply_gradients (the equivalence test's baseline).
+  train->add_flag("--no-overlap", no_overlap);
+  train->add_option("--bytes-per-pack", bytes_per_pack);
   auto* shard = app.add_subcommand("shard", "print each replica's example ids");
   shard->add_option("--policy", policy);
   shard->add_option("--examples", examples);
@@ -245,7 +251,7 @@ int main(int argc, char** argv) {
   try {
     if (*coll) return run_collectives(timeout);
     if (*train) return run_train(out, epochs, seed_per_worker, die_worker, die_at_step, stall_worker, stop_worker,
-                                   timeout, stall_timeout);
+                                   timeout, stall_timeout, no_overlap, bytes_per_pack);
     return run_shard(policy, examples, global_batch, files);
   } catch (const std::exception& e) {
     std::cout << "error: " << e.what() << std::endl;

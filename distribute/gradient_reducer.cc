@@ -1,0 +1,178 @@
+#include <strata/distribute/gradient_reducer.h>
+
+#include <strata/autograd/tape.h>
+#include <strata/core/ops.h>
+#include <strata/distribute/collective/in_process.h>
+
+namespace strata::distribute {
+
+namespace {
+
+// One flat buffer holding `parts` in order (a copy even for one part: it is reduced in
+// place and must not alias the gradient).
+Tensor pack(const std::vector<Tensor>& parts) {
+  if (parts.size() == 1) return reshape(parts[0], {-1}).clone();
+  std::vector<Tensor> flat;
+  flat.reserve(parts.size());
+  for (const Tensor& p : parts) flat.push_back(reshape(p, {p.numel()}));
+  return concat(flat, 0);
+}
+
+Tensor unpack(const Tensor& buffer, int64_t offset, const Tensor& like) {
+  return reshape(buffer.slice(0, offset, offset + like.numel()), like.shape());
+}
+
+}  // namespace
+
+GradientReducer::GradientReducer(Transport transport, Options options)
+    : transport_(std::move(transport)), options_(options) {
+  STRATA_CHECK(options_.bytes_per_pack >= 0, "GradientReducer: bytes_per_pack must be >= 0, got ",
+               options_.bytes_per_pack);
+  if (options_.asynchronous) thread_ = std::make_unique<CommThread>();
+}
+
+GradientReducer::~GradientReducer() = default;  // the thread finishes its (bounded) queue
+
+int64_t GradientReducer::capacity() const {
+  if (options_.bytes_per_pack > 0) return options_.bytes_per_pack;
+  return launched_.empty() ? kFirstBucketBytes : kBucketBytes;
+}
+
+void GradientReducer::gradient_ready(const autograd::Variable& variable, const Tensor& gradient) {
+  if (!gradient.defined() || gradient.numel() == 0) return;
+  const int64_t bytes = int64_t(gradient.nbytes());
+  auto it = open_.find(gradient.dtype());
+  if (it != open_.end() && it->second.bytes + bytes > capacity()) {
+    launch(gradient.dtype());
+    it = open_.end();
+  }
+  if (it == open_.end()) it = open_.emplace(gradient.dtype(), Bucket{}).first;
+  Bucket& b = it->second;
+  b.dtype = gradient.dtype();
+  b.gradients.push_back(gradient);
+  b.names.push_back(variable.name());
+  b.bytes += bytes;
+  if (b.bytes >= capacity()) launch(gradient.dtype());
+}
+
+void GradientReducer::backward_done() {
+  // In dtype order (the map's), the same on every replica.
+  while (!open_.empty()) launch(open_.begin()->first);
+}
+
+void GradientReducer::launch(DType dtype) {
+  auto it = open_.find(dtype);
+  if (it == open_.end()) return;
+  Bucket bucket = std::move(it->second);
+  open_.erase(it);
+  autograd::StopRecording no_tape;  // packing is not part of any model
+  bucket.buffer = pack(bucket.gradients);
+  const size_t index = launched_.size();
+  int64_t offset = 0;
+  for (const Tensor& g : bucket.gradients) {
+    slots_[g.id()] = {index, offset};
+    offset += g.numel();
+  }
+  std::string what = "gradient bucket " + std::to_string(index) + " (" + dtype_name(dtype) + "[" +
+                     std::to_string(bucket.buffer.numel()) + "]:";
+  for (size_t k = 0; k < bucket.names.size(); ++k) what += (k ? ", " : " ") + bucket.names[k];
+  what += ")";
+  if (thread_) {
+    Tensor buffer = bucket.buffer;
+    bucket.work = thread_->submit(what, [transport = &transport_, buffer, what] {
+      autograd::StopRecording no_tape;
+      (*transport)(buffer, what);
+    });
+  } else {
+    std::exception_ptr error;
+    try {
+      transport_(bucket.buffer, what);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    bucket.work = CommWork::completed(what, error);
+  }
+  launched_.push_back(std::move(bucket));
+}
+
+void GradientReducer::wait(Bucket& bucket) { bucket.work->wait(options_.wait_timeout_seconds); }
+
+void GradientReducer::wait_all() {
+  if (waited_ == launched_.size()) return;
+  // Waiting, the replica gives its core up: with more replicas than cores, the replicas
+  // still in backward need it to produce the gradients these buckets wait for.
+  ComputeSlot::Yield yield;
+  // In launch order: each wait then covers one collective's time.
+  while (waited_ < launched_.size()) {
+    wait(launched_[waited_]);
+    ++waited_;
+  }
+}
+
+std::vector<Tensor> GradientReducer::take(const std::vector<Tensor>& gradients) {
+  std::vector<Tensor> out(gradients.size());
+  bool any = false;
+  for (const Tensor& g : gradients) any = any || (g.defined() && slots_.contains(g.id()));
+  if (!any) return out;
+  wait_all();
+  for (size_t i = 0; i < gradients.size(); ++i) {
+    if (!gradients[i].defined()) continue;
+    auto it = slots_.find(gradients[i].id());
+    if (it == slots_.end()) continue;
+    Bucket& bucket = launched_[it->second.first];
+    bucket.taken = true;
+    out[i] = unpack(bucket.buffer, it->second.second, gradients[i]);
+  }
+  return out;
+}
+
+void GradientReducer::end_step(bool failed) {
+  open_.clear();  // never launched: nothing in flight
+  std::exception_ptr first;
+  ComputeSlot::Yield yield;
+  for (; waited_ < launched_.size(); ++waited_) {
+    try {
+      wait(launched_[waited_]);
+    } catch (...) {
+      if (!first && launched_[waited_].taken) first = std::current_exception();
+    }
+  }
+  launched_.clear();
+  slots_.clear();
+  waited_ = 0;
+  if (first && !failed) std::rethrow_exception(first);
+}
+
+std::vector<Tensor> GradientReducer::reduce_packed(const std::vector<Tensor>& values, int64_t bytes_per_pack,
+                                                   const std::function<void(const Tensor& buffer)>& reduce) {
+  std::vector<Tensor> out(values.size());
+  std::map<DType, std::vector<size_t>> by_dtype;
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (values[i].defined()) by_dtype[values[i].dtype()].push_back(i);
+  }
+  for (auto& [dtype, indices] : by_dtype) {
+    size_t begin = 0;
+    while (begin < indices.size()) {
+      size_t end = begin;
+      int64_t bytes = 0;
+      do {
+        bytes += int64_t(values[indices[end]].nbytes());
+        ++end;
+      } while (end < indices.size() &&
+               (bytes_per_pack <= 0 || bytes + int64_t(values[indices[end]].nbytes()) <= bytes_per_pack));
+      std::vector<Tensor> parts;
+      for (size_t k = begin; k < end; ++k) parts.push_back(values[indices[k]]);
+      Tensor buffer = pack(parts);
+      reduce(buffer);
+      int64_t offset = 0;
+      for (size_t k = begin; k < end; ++k) {
+        out[indices[k]] = unpack(buffer, offset, values[indices[k]]);
+        offset += values[indices[k]].numel();
+      }
+      begin = end;
+    }
+  }
+  return out;
+}
+
+}  // namespace strata::distribute

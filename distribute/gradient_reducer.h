@@ -1,0 +1,113 @@
+// GradientReducer: the one owner of bucketing and cross-replica summation of gradients
+// (PyTorch DDP's Reducer, in TensorFlow's distribution-strategy shape).
+//
+// Installed on a replica thread as the tape's GradientReadyHook, it receives each
+// variable's gradient the moment backward has finished it, appends it to the open bucket
+// of its dtype and, once the bucket is full, packs it into one flat buffer and launches
+// its all-reduce — on a communication thread, so that the reduction of the last layers
+// runs while backward still computes the first ones. When backward ends, the partly
+// filled buckets are launched too. Optimizer::apply_gradients then asks for the summed
+// gradients (sum_gradients below): those the reducer holds come from their buckets once
+// their collectives complete; any other gradient (one transformed after backward, or
+// computed without the hook) is packed and reduced then, synchronously, as before.
+//
+// Bucket sizes: CommunicationOptions::bytes_per_pack; 0 (the default) means DDP's: a
+// first bucket of 256 KiB, so that communication starts early, then 25 MiB.
+//
+// Every replica must produce the same gradients in the same order (they run the same
+// program), as DDP requires: a gradient taken on some replicas only (say, for logging)
+// puts their buckets out of step with the others' and the step fails naming both
+// buckets. Turn CommunicationOptions::overlap_gradient_reduction off for such programs. A bucket is named by its dtype, size and variables, and the in-process
+// transport compares the names across replicas: replicas disagreeing about which
+// variables got gradients fail with an error naming both buckets. Variables without a
+// gradient on every replica are simply left out (DDP's find_unused_parameters).
+//
+// Summation is elementwise over replicas in rank order whatever the bucket layout (see
+// fold_reduce), so results are bitwise equal to the unbucketed reduction in-process; a
+// ring across workers sums bitwise equal for two workers.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <strata/autograd/gradient_hook.h>
+#include <strata/core/tensor.h>
+#include <strata/distribute/collective/comm_thread.h>
+
+namespace strata::distribute {
+
+class GradientReducer final : public autograd::GradientReadyHook {
+ public:
+  // Sums one flat, contiguous bucket in place over every replica (of every worker).
+  // `what` names the bucket: "gradient bucket 0 (float32[1024]: dense/kernel, dense/bias)".
+  using Transport = std::function<void(const Tensor& bucket, const std::string& what)>;
+
+  struct Options {
+    int64_t bytes_per_pack = 0;  // 0: 256 KiB for the first bucket of a step, then 25 MiB
+    bool asynchronous = true;    // launch on a communication thread (false: inline, at launch)
+    double wait_timeout_seconds = 300.0;  // bound of each wait for one bucket
+  };
+
+  static constexpr int64_t kFirstBucketBytes = int64_t(256) << 10;
+  static constexpr int64_t kBucketBytes = int64_t(25) << 20;
+
+  GradientReducer(Transport transport, Options options);
+  ~GradientReducer() override;
+  GradientReducer(const GradientReducer&) = delete;
+  GradientReducer& operator=(const GradientReducer&) = delete;
+
+  void gradient_ready(const autograd::Variable& variable, const Tensor& gradient) override;
+  void backward_done() override;
+
+  // For each gradient the reducer holds (the very tensor backward reported), its sum over
+  // the replicas, after waiting for its bucket; undefined for the others.
+  std::vector<Tensor> take(const std::vector<Tensor>& gradients);
+  // Waits for every launched bucket (before the replica issues any other collective, so
+  // that its collectives stay in the same order on every replica). Rethrows a failure.
+  void wait_all();
+  // End of a step: waits for what is in flight and forgets everything. Rethrows the
+  // failure of a bucket whose sums take() handed out; a bucket never taken changed
+  // nothing, so its failure is dropped. With `failed` (the step threw; the strategy has aborted the transport) every error
+  // is dropped.
+  void end_step(bool failed);
+  // Buckets launched this step (for tests).
+  size_t buckets_launched() const { return launched_.size(); }
+
+  // The synchronous packing every replica-context all_reduce uses: defined tensors of one
+  // dtype are packed, in order, into flat buckets of at most bytes_per_pack (0: one
+  // bucket per dtype; a larger tensor alone), each reduced in place by `reduce`, and
+  // unpacked. Undefined tensors stay undefined.
+  static std::vector<Tensor> reduce_packed(const std::vector<Tensor>& values, int64_t bytes_per_pack,
+                                           const std::function<void(const Tensor& buffer)>& reduce);
+
+ private:
+  struct Bucket {
+    DType dtype = kFloat32;
+    std::vector<Tensor> gradients;
+    std::vector<std::string> names;
+    int64_t bytes = 0;
+    Tensor buffer;  // the packed, then summed, gradients
+    std::shared_ptr<CommWork> work;
+    bool taken = false;  // take() handed out some of its sums
+  };
+  int64_t capacity() const;
+  void launch(DType dtype);
+  void wait(Bucket& bucket);
+
+  Transport transport_;
+  Options options_;
+  std::map<DType, Bucket> open_;
+  std::deque<Bucket> launched_;
+  size_t waited_ = 0;  // launched_[0, waited_) completed
+  // gradient tensor id -> (bucket index in launched_, element offset in its buffer)
+  std::unordered_map<uint64_t, std::pair<size_t, int64_t>> slots_;
+  std::unique_ptr<CommThread> thread_;
+};
+
+}  // namespace strata::distribute
