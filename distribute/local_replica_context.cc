@@ -122,7 +122,12 @@ std::vector<Tensor> LocalReplicaContext::sum_gradients(const std::vector<Tensor>
 
 GradientReducer* LocalReplicaContext::gradient_hook() {
   const CommunicationOptions& options = strategy_.communication_options();
-  if (!options.overlap_gradient_reduction || strategy_.num_replicas_in_sync() <= 1) return nullptr;
+  // ZeRO-1 reduce-scatters the gradients itself in apply_gradients: all-reducing buckets
+  // during backward too would move every gradient twice.
+  if (!options.overlap_gradient_reduction || strategy_.num_replicas_in_sync() <= 1 ||
+      strategy_.shard_optimizer_state()) {
+    return nullptr;
+  }
   if (!reducer_) {
     GradientReducer::Options o;
     o.bytes_per_pack = options.bytes_per_pack;

@@ -44,8 +44,8 @@ class LocalReplicaContext final : public ReplicaContext {
   InProcessCommunicator& communicator() { return comm_; }
 
   // The hook Strategy::run installs on this replica's thread: the gradient reducer, or
-  // nullptr with one replica in sync or CommunicationOptions::overlap_gradient_reduction
-  // off. Created on first use (the worker count is known only then).
+  // nullptr with one replica in sync, CommunicationOptions::overlap_gradient_reduction
+  // off, or ZeRO-1 on (it reduce-scatters instead). Created on first use (the worker count is known only then).
   GradientReducer* gradient_hook();
   // Called by Strategy::run when the replica's step function returned (`failed`: it
   // threw): waits for its gradient buckets still in flight and forgets them.
