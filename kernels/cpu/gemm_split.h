@@ -4,8 +4,11 @@
 // of rows of op(A), all of op(B)) or a block of columns (all of op(A), a block of columns
 // of op(B)). Every part packs the operand it shares again. Rows are the default: parts of
 // whole 12-row blocks keep OpenBLAS's micro-kernel tiles (Haswell/Zen sgemm tiles the
-// rows of row-major C by 12), so the product is bit for bit the unsplit one and results do
-// not depend on the thread count. A product at least twice as wide as it is tall (the MLP's
+// rows of row-major C by 12), so at most shapes the product is bit for bit the unsplit
+// one -- but not at all: OpenBLAS chooses its path (small-matrix kernels, k blocking) by
+// the size of each part, so a part can round differently from the whole (100x37x300 and
+// 130x258x129 do on Zen). Results may therefore differ in the last bits between thread
+// counts. A product at least twice as wide as it is tall (the MLP's
 // forward and input-gradient GEMMs) is split by 16-column blocks instead, so that the
 // small op(A) is the repacked operand, not the large op(B); OpenBLAS's edge tiles then may
 // round a few elements differently (last bits) from the unsplit product. A product too

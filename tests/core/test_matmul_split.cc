@@ -106,21 +106,17 @@ TEST_CASE("gemm split: every plan gives the unsplit product", "[linalg][threads]
             for (int parts : {2, 3, 5}) {
               CAPTURE(int(axis), parts);
               const auto split = split_product({axis, parts}, ta, tb, s.m, s.n, s.k, pad);
-              if (axis == ck::GemmSplitAxis::Rows) {
-                REQUIRE(split == whole);
-              } else {
-                REQUIRE(split_close(split, whole, s.k));
-              }
+              // Rows usually give the unsplit bits, but not at every shape: OpenBLAS picks
+              // its path (the small-matrix kernels, the k blocking) by the part's size, so
+              // a part may round differently from the whole (seen at 100x37x300 and
+              // 130x258x129 on Zen). Both axes are held to float32 rounding.
+              REQUIRE(split_close(split, whole, s.k));
             }
           }
           // The plan the matmul kernel would choose for two threads, too.
           const ck::GemmSplit plan = ck::plan_gemm_split(s.m, s.n, s.k, 2);
           const auto planned = split_product(plan, ta, tb, s.m, s.n, s.k, pad);
-          if (plan.axis == ck::GemmSplitAxis::Cols) {
-            REQUIRE(split_close(planned, whole, s.k));
-          } else {
-            REQUIRE(planned == whole);
-          }
+          REQUIRE(split_close(planned, whole, s.k));
         }
       }
     }
