@@ -19,6 +19,7 @@
 #include <strata/train/nn/dense.h>
 #include <strata/train/nn/sequential.h>
 #include <strata/train/sgd.h>
+#include "tests/distribute/equivalence_helpers.h"
 
 using namespace strata;
 using namespace strata::distribute;
@@ -26,21 +27,8 @@ using namespace strata::distribute;
 namespace {
 constexpr int64_t kFeatures = 12, kHidden = 16, kClasses = 4, kGlobalBatch = 10, kExamples = 56;
 
-data::Dataset make_dataset() {
-  std::mt19937 gen(42);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> x(size_t(kExamples * kFeatures));
-  for (auto& v : x) v = normal(gen);
-  std::vector<int64_t> y(static_cast<size_t>(kExamples));
-  for (int64_t i = 0; i < kExamples; ++i) {
-    float s = 0;
-    for (int64_t f = 0; f < 3; ++f) s += x[size_t(i * kFeatures + f)];
-    y[size_t(i)] = s > 1 ? 3 : s > 0 ? 2 : s > -1 ? 1 : 0;
-  }
-  return data::Dataset::from_tensor_slices(
-             std::vector<Tensor>{Tensor::from_vector(x, {kExamples, kFeatures}), Tensor::from_vector(y, {kExamples})})
-      .batch(kGlobalBatch);  // 5 batches of 10 and a last one of 6
-}
+// 5 batches of 10 and a last one of 6.
+data::Dataset make_dataset() { return strata::distribute::testing::classification_dataset(42, kExamples, kFeatures, kGlobalBatch); }
 
 enum class Opt { SGD, Adam };
 

@@ -29,6 +29,7 @@
 #include <strata/train/sgd.h>
 #include "child_process.h"
 #include "strategy_cases.h"
+#include "tests/distribute/equivalence_helpers.h"
 #include "tests/test_util.h"
 
 using namespace strata;
@@ -242,16 +243,7 @@ std::vector<Tensor> train(Strategy& strategy, Variant variant) {
   return out;
 }
 
-bool bitwise_equal(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (a[i].shape() != b[i].shape() || a[i].dtype() != b[i].dtype() ||
-        std::memcmp(a[i].contiguous().raw_data(), b[i].contiguous().raw_data(), a[i].nbytes()) != 0) {
-      return false;
-    }
-  }
-  return true;
-}
+using strata::distribute::testing::bitwise_equal;
 
 std::unique_ptr<Strategy> make(const std::string& kind, CommunicationOptions o) {
   if (kind == "mirrored(2)")

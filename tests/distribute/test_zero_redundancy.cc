@@ -27,6 +27,7 @@
 #include <strata/train/nn/sequential.h>
 #include <strata/train/sgd.h>
 #include <strata/train/sharded_optimizer_state.h>
+#include "tests/distribute/equivalence_helpers.h"
 #include "tests/distribute/strategy_cases.h"
 
 using namespace strata;
@@ -38,21 +39,8 @@ namespace {
 // replicas: chunks of 2, 2 and 0).
 constexpr int64_t kFeatures = 12, kHidden = 16, kClasses = 4, kGlobalBatch = 10, kExamples = 56;
 
-data::Dataset make_dataset() {
-  std::mt19937 gen(7);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> x(size_t(kExamples * kFeatures));
-  for (auto& v : x) v = normal(gen);
-  std::vector<int64_t> y(static_cast<size_t>(kExamples));
-  for (int64_t i = 0; i < kExamples; ++i) {
-    float s = 0;
-    for (int64_t f = 0; f < 3; ++f) s += x[size_t(i * kFeatures + f)];
-    y[size_t(i)] = s > 1 ? 3 : s > 0 ? 2 : s > -1 ? 1 : 0;
-  }
-  return data::Dataset::from_tensor_slices(
-             std::vector<Tensor>{Tensor::from_vector(x, {kExamples, kFeatures}), Tensor::from_vector(y, {kExamples})})
-      .batch(kGlobalBatch);  // 5 batches of 10 and a last one of 6
-}
+// 5 batches of 10 and a last one of 6.
+data::Dataset make_dataset() { return strata::distribute::testing::classification_dataset(7, kExamples, kFeatures, kGlobalBatch); }
 
 enum class Opt { SGD, Adam, AdamW, SGDClipped, SGDUnclipped };
 const char* opt_name(Opt o) {
@@ -140,16 +128,7 @@ Result fit(Strategy& strategy, Opt which, int epochs, const std::string& restore
   return out;
 }
 
-bool bitwise_equal(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (a[i].shape() != b[i].shape() || a[i].dtype() != b[i].dtype() ||
-        std::memcmp(a[i].contiguous().raw_data(), b[i].contiguous().raw_data(), a[i].nbytes()) != 0) {
-      return false;
-    }
-  }
-  return true;
-}
+using strata::distribute::testing::bitwise_equal;
 
 double max_relative_difference(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
   double worst = 0;
