@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include <strata/core/dispatch.h>
 #include <strata/kernels/cpu/loops.h>
@@ -46,6 +47,10 @@ void sgd_typed(const KernelArgs& k) {
   });
 }
 
+// How Adam applies weight decay: not at all, added to the gradient (Adam's L2), or to the
+// parameter before the step (AdamW's decoupled form).
+enum class AdamDecay { None, L2, Decoupled };
+
 template <typename T>
 void adam_typed(const KernelArgs& k) {
   using C = compute_t<T>;
@@ -61,26 +66,40 @@ void adam_typed(const KernelArgs& k) {
   const C b1 = C(a.beta1), c1 = C(1.0 - a.beta1), b2 = C(a.beta2), c2 = C(1.0 - a.beta2);
   const C bc2 = C(std::sqrt(1.0 - std::pow(a.beta2, t))), eps = C(a.epsilon);
   const C step = C(lr / (1.0 - std::pow(a.beta1, t)));
-  const bool decay = a.weight_decay != 0.0, decoupled = a.decoupled;
-  parallel_for(k.out[0].numel(), 2.0, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      C pi = convert<C>(p[i]);
-      C g = convert<C>(gp[i]);
-      if (decay) {
-        if (decoupled) {
+  // The weight-decay form is a template argument, so that the loop has no branch and
+  // vectorises (with std::sqrt free of errno: core/CMakeLists.txt builds this file with
+  // -fno-math-errno). Vector lanes round each element exactly as the scalar code does.
+  auto update = [&](auto decay_form) {
+    constexpr AdamDecay kDecay = decltype(decay_form)::value;
+    parallel_for(k.out[0].numel(), 2.0, [&](int64_t begin, int64_t end) {
+      T* __restrict pp = p;
+      T* __restrict mp = m;
+      T* __restrict vp = v;
+      const T* __restrict gg = gp;
+      for (int64_t i = begin; i < end; ++i) {
+        C pi = convert<C>(pp[i]);
+        C g = convert<C>(gg[i]);
+        if constexpr (kDecay == AdamDecay::Decoupled) {
           pi = pi * decay_factor;
-        } else {
+        } else if constexpr (kDecay == AdamDecay::L2) {
           g = g + pi * wd;
         }
+        const C mi = convert<C>(mp[i]) * b1 + g * c1;
+        const C vi = convert<C>(vp[i]) * b2 + g * g * c2;
+        mp[i] = convert<T>(mi);
+        vp[i] = convert<T>(vi);
+        const C denom = std::sqrt(vi) / bc2 + eps;
+        pp[i] = convert<T>(pi - (mi / denom) * step);
       }
-      const C mi = convert<C>(m[i]) * b1 + g * c1;
-      const C vi = convert<C>(v[i]) * b2 + g * g * c2;
-      m[i] = convert<T>(mi);
-      v[i] = convert<T>(vi);
-      const C denom = std::sqrt(vi) / bc2 + eps;
-      p[i] = convert<T>(pi - (mi / denom) * step);
-    }
-  });
+    });
+  };
+  if (a.weight_decay == 0.0) {
+    update(std::integral_constant<AdamDecay, AdamDecay::None>{});
+  } else if (a.decoupled) {
+    update(std::integral_constant<AdamDecay, AdamDecay::Decoupled>{});
+  } else {
+    update(std::integral_constant<AdamDecay, AdamDecay::L2>{});
+  }
 }
 
 // Calls fn(T{}) for a floating parameter dtype T.
