@@ -1,7 +1,7 @@
 // train suite: steps/s of the MLP 784-512-512-10 (batch 128) and the MNIST CNN (batch 64)
 // under Default, Mirrored(1..cores), Mirrored(2) reducing gradients only after backward
 // (overlap_gradient_reduction off) and CentralStorage(2), each next to the Default
-// strategy measured in the same run. (bench/compare/ runs the same workloads in PyTorch.)
+// strategy measured in the same run, in alternating rounds. (bench/compare/ runs the same workloads in PyTorch.)
 #include "bench/bench.h"
 #include <strata/autograd/tape.h>
 #include <strata/core/ops.h>
@@ -13,6 +13,8 @@
 #include <strata/train/nn/nn.h>
 #include <strata/train/sgd.h>
 
+#include <algorithm>
+#include <memory>
 #include <thread>
 
 namespace strata::bench {
@@ -23,33 +25,51 @@ nn::Sequential make_model(bool cnn) {
                         nn::Flatten(), nn::Dense(12 * 12 * 64, 128), nn::ReLU(), nn::Dense(128, 10)};
 }
 
-double steps_per_second(distribute::Strategy& strategy, bool cnn, int64_t batch, int steps, int reps) {
-  nn::Sequential model;
-  optim::SGD opt(0.01);
+// The training loop of one workload under one strategy, built once: each call runs `steps`
+// SGD steps on a fixed batch and synchronises the strategy's devices.
+std::function<void()> make_trainer(distribute::Strategy& strategy, bool cnn, int64_t batch, int steps) {
+  struct State {
+    nn::Sequential model;
+    optim::SGD opt{0.01};
+  };
+  auto state = std::make_shared<State>();
   {
     auto scope = strategy.scope();
-    model = make_model(cnn);
-    opt = optim::SGD(0.01);
+    state->model = make_model(cnn);
+    state->opt = optim::SGD(0.01);
   }
   Shape xs = cnn ? Shape{batch, 28, 28, 1} : Shape{batch, 784};
   Tensor x = random::normal(xs, 1);
   Tensor y = cast(floor(random::uniform({batch}, 2, 0.0, 10.0)), kInt64);
   auto dist = strategy.experimental_distribute_dataset(data::Dataset::from_tensor_slices({x, y}).batch(batch));
   auto it = dist.make_iterator();
-  const auto per_replica_batch = *it.next();
-  auto step = [&](const data::Batch& b) {
-    autograd::GradientTape tape;
-    Tensor loss = distribute::compute_average_loss(
-        losses::sparse_categorical_crossentropy(b[1], model(b[0]), true), batch);
-    opt.apply_gradients(tape.gradient(loss, model.trainable_variables()), model.trainable_variables());
-    return loss;
-  };
-  Timing t = time_it([&] {
+  return [state, per_replica_batch = *it.next(), &strategy, batch, steps] {
+    auto step = [&](const data::Batch& b) {
+      autograd::GradientTape tape;
+      Tensor loss = distribute::compute_average_loss(
+          losses::sparse_categorical_crossentropy(b[1], state->model(b[0]), true), batch);
+      state->opt.apply_gradients(tape.gradient(loss, state->model.trainable_variables()),
+                                 state->model.trainable_variables());
+      return loss;
+    };
     for (int s = 0; s < steps; ++s) strategy.run(step, per_replica_batch);
     for (const Device& d : strategy.devices()) synchronize(d);  // asynchronous devices (CUDA)
-  }, reps, 1, 1);
-  return double(steps) / t.median_s;
+  };
 }
+
+double steps_per_second(distribute::Strategy& strategy, bool cnn, int64_t batch, int steps, int reps) {
+  const std::function<void()> train = make_trainer(strategy, cnn, batch, steps);
+  return double(steps) / time_it(train, reps, 1, 1).median_s;
+}
+
+namespace {
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
 
 std::vector<Result> train_suite(const Options& o) {
   std::vector<Result> out;
@@ -57,27 +77,53 @@ std::vector<Result> train_suite(const Options& o) {
   for (bool cnn : {false, true}) {
     const int64_t batch = cnn ? 64 : 128;
     const int steps = o.quick ? 2 : (cnn ? 10 : 50);
-    const int reps = o.quick ? 1 : 5;
+    const int rounds = o.quick ? 1 : 7;
     const std::string model = cnn ? "CNN b64" : "MLP 784-512-512-10 b128";
-    const double base = steps_per_second(distribute::DefaultStrategy::instance(), cnn, batch, steps, reps);
-    out.push_back({"train", model + " default", base, "steps/s", 0, "(itself)", base});
+    // Every strategy is built first, then timed in alternating rounds (each strategy once
+    // per round, Default first): a change of load on the shared machine hits all of them
+    // alike. A figure is the median over the rounds; paired_ratio is the median of the
+    // per-round ratios to Default, which drifting load cannot skew.
+    std::vector<std::pair<std::string, std::unique_ptr<distribute::Strategy>>> strategies;
     for (int n = 1; n <= std::max(2, cores); ++n) {
-      distribute::MirroredStrategy m(distribute::MirroredStrategy::cpu_devices(n));
-      const double v = steps_per_second(m, cnn, batch, steps, reps);
-      out.push_back({"train", model + " mirrored(" + std::to_string(n) + ")", v, "steps/s", 0, "default strategy", base});
+      strategies.emplace_back("mirrored(" + std::to_string(n) + ")",
+                              std::make_unique<distribute::MirroredStrategy>(distribute::MirroredStrategy::cpu_devices(n)));
     }
-    {
-      // The gradient reduction after backward, as before issue 18 (the overlap's effect).
-      distribute::CommunicationOptions after_backward;
-      after_backward.overlap_gradient_reduction = false;
-      distribute::MirroredStrategy m(distribute::MirroredStrategy::cpu_devices(2), distribute::CrossDeviceOps::Default,
-                                     after_backward);
-      const double v = steps_per_second(m, cnn, batch, steps, reps);
-      out.push_back({"train", model + " mirrored(2) no overlap", v, "steps/s", 0, "default strategy", base});
+    // The gradient reduction after backward, as before issue 18 (the overlap's effect).
+    distribute::CommunicationOptions after_backward;
+    after_backward.overlap_gradient_reduction = false;
+    strategies.emplace_back("mirrored(2) no overlap", std::make_unique<distribute::MirroredStrategy>(
+                                                          distribute::MirroredStrategy::cpu_devices(2),
+                                                          distribute::CrossDeviceOps::Default, after_backward));
+    strategies.emplace_back("central_storage(2)", std::make_unique<distribute::CentralStorageStrategy>(
+                                                      distribute::MirroredStrategy::cpu_devices(2)));
+    std::vector<std::function<void()>> trainers{
+        make_trainer(distribute::DefaultStrategy::instance(), cnn, batch, steps)};
+    for (auto& [name, strategy] : strategies) trainers.push_back(make_trainer(*strategy, cnn, batch, steps));
+    std::vector<std::vector<double>> seconds(trainers.size());
+    for (int r = 0; r < rounds; ++r) {
+      for (size_t k = 0; k < trainers.size(); ++k) {
+        seconds[k].push_back(time_it(trainers[k], 1, 1, r == 0 ? 1 : 0).median_s);
+      }
     }
-    distribute::CentralStorageStrategy cs(distribute::MirroredStrategy::cpu_devices(2));
-    const double v = steps_per_second(cs, cnn, batch, steps, reps);
-    out.push_back({"train", model + " central_storage(2)", v, "steps/s", 0, "default strategy", base});
+    auto rates = [&](size_t k) {
+      std::vector<double> rate;
+      for (double t : seconds[k]) rate.push_back(steps / t);
+      return rate;
+    };
+    const double base = median_of(rates(0));
+    auto row = [&](size_t k, const std::string& name) {
+      const std::vector<double> rate = rates(k);
+      std::vector<double> ratios;
+      for (int r = 0; r < rounds; ++r) ratios.push_back(seconds[0][size_t(r)] / seconds[k][size_t(r)]);
+      const auto [lo, hi] = std::minmax_element(rate.begin(), rate.end());
+      const double value = median_of(rate);
+      Result res{"train", model + " " + name, value, "steps/s", (*hi - *lo) / value,
+                 k == 0 ? "(itself)" : "default strategy", base};
+      if (k > 0) res.extra = {{"paired_ratio", median_of(ratios)}};
+      out.push_back(std::move(res));
+    };
+    row(0, "default");
+    for (size_t k = 0; k < strategies.size(); ++k) row(k + 1, strategies[k].first);
   }
   return out;
 }
