@@ -4,10 +4,13 @@
 // `bench/profile/classify.py perf.data` groups the samples by op class (bench/README.md
 // "Training-step profile"). Prints steps/s (wall clock) and CPU ms per step (process CPU
 // time: on a loaded machine the wall clock includes waiting for a core, CPU time does not).
+// `--replicas N` (N > 1) runs the same global batch under MirroredStrategy over N logical
+// CPU devices, the train suite's mirrored(N) row.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <memory>
 #include <string>
 
 #include <strata/autograd/tape.h>
@@ -15,6 +18,7 @@
 #include <strata/core/random.h>
 #include <strata/core/thread_pool.h>
 #include <strata/distribute/loss_scaling.h>
+#include <strata/distribute/strategy.h>
 #include <strata/train/losses.h>
 #include <strata/train/nn/nn.h>
 #include <strata/train/sgd.h>
@@ -28,7 +32,7 @@ double process_cpu_seconds() {
 }
 
 int usage(const char* why) {
-  std::fprintf(stderr, "strata-step-profile: %s\nusage: strata-step-profile mlp|cnn [--steps N] [--threads N]\n", why);
+  std::fprintf(stderr, "strata-step-profile: %s\nusage: strata-step-profile mlp|cnn [--steps N] [--threads N] [--replicas N]\n", why);
   return 2;
 }
 
@@ -41,39 +45,57 @@ int main(int argc, char** argv) {
   if (which != "mlp" && which != "cnn") return usage(("unknown model '" + which + "'").c_str());
   const bool cnn = which == "cnn";
   int steps = cnn ? 20 : 300;
+  int replicas = 1;
   for (int i = 2; i < argc; ++i) {
     const std::string flag = argv[i];
-    if ((flag != "--steps" && flag != "--threads") || i + 1 >= argc) {
+    if ((flag != "--steps" && flag != "--threads" && flag != "--replicas") || i + 1 >= argc) {
       return usage(("bad argument '" + flag + "'").c_str());
     }
     const int v = std::atoi(argv[++i]);
     if (v <= 0) return usage((flag + " needs a positive integer").c_str());
     if (flag == "--steps") steps = v;
+    else if (flag == "--replicas") replicas = v;
     else set_num_threads(v);
   }
   try {
     const int64_t batch = cnn ? 64 : 128;
-    // The train suite's models (bench/suite_train.cc make_model).
-    nn::Sequential model =
-        cnn ? nn::Sequential{nn::Conv2D(1, 32, 3), nn::ReLU(), nn::Conv2D(32, 64, 3), nn::ReLU(), nn::MaxPool2D(2),
-                             nn::Flatten(), nn::Dense(12 * 12 * 64, 128), nn::ReLU(), nn::Dense(128, 10)}
-            : nn::Sequential{nn::Dense(784, 512), nn::ReLU(), nn::Dense(512, 512), nn::ReLU(), nn::Dense(512, 10)};
+    std::unique_ptr<distribute::Strategy> mirrored;
+    if (replicas > 1) {
+      mirrored = std::make_unique<distribute::MirroredStrategy>(distribute::MirroredStrategy::cpu_devices(replicas));
+    }
+    distribute::Strategy& strategy = mirrored ? *mirrored : distribute::DefaultStrategy::instance();
+    nn::Sequential model;
     optim::SGD opt(0.01);
+    {
+      auto scope = strategy.scope();
+      // The train suite's models (bench/suite_train.cc make_model).
+      model = cnn ? nn::Sequential{nn::Conv2D(1, 32, 3), nn::ReLU(), nn::Conv2D(32, 64, 3), nn::ReLU(),
+                                   nn::MaxPool2D(2), nn::Flatten(), nn::Dense(12 * 12 * 64, 128), nn::ReLU(),
+                                   nn::Dense(128, 10)}
+                  : nn::Sequential{nn::Dense(784, 512), nn::ReLU(), nn::Dense(512, 512), nn::ReLU(),
+                                   nn::Dense(512, 10)};
+      opt = optim::SGD(0.01);
+    }
     const Tensor x = random::normal(cnn ? Shape{batch, 28, 28, 1} : Shape{batch, 784}, 1);
     const Tensor y = cast(floor(random::uniform({batch}, 2, 0.0, 10.0)), kInt64);
-    auto step = [&] {
+    auto it = strategy.experimental_distribute_dataset(data::Dataset::from_tensor_slices({x, y}).batch(batch))
+                  .make_iterator();
+    const auto per_replica_batch = *it.next();
+    auto replica_step = [&](const data::Batch& b) {
       autograd::GradientTape tape;
       Tensor loss = distribute::compute_average_loss(
-          losses::sparse_categorical_crossentropy(y, model(x), true), batch);
+          losses::sparse_categorical_crossentropy(b[1], model(b[0]), true), batch);
       opt.apply_gradients(tape.gradient(loss, model.trainable_variables()), model.trainable_variables());
+      return loss;
     };
+    auto step = [&] { strategy.run(replica_step, per_replica_batch); };
     for (int i = 0; i < 3; ++i) step();  // warm-up: slots, caches, the allocator's free lists
     const double cpu0 = process_cpu_seconds();
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < steps; ++i) step();
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double cpu = process_cpu_seconds() - cpu0;
-    std::printf("%s threads=%d steps=%d: %.1f steps/s (wall), %.2f ms CPU per step\n", which.c_str(), num_threads(),
+    std::printf("%s replicas=%d threads=%d steps=%d: %.1f steps/s (wall), %.2f ms CPU per step\n", which.c_str(), replicas, num_threads(),
                 steps, double(steps) / wall, cpu / double(steps) * 1e3);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "strata-step-profile: %s\n", e.what());
