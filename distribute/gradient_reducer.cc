@@ -65,28 +65,29 @@ void GradientReducer::launch(DType dtype) {
   if (it == open_.end()) return;
   Bucket bucket = std::move(it->second);
   open_.erase(it);
-  autograd::StopRecording no_tape;  // packing is not part of any model
-  bucket.buffer = pack(bucket.gradients);
+  autograd::StopRecording no_tape;  // reducing is not part of any model
   const size_t index = launched_.size();
   int64_t offset = 0;
   for (const Tensor& g : bucket.gradients) {
     slots_[g.id()] = {index, offset};
     offset += g.numel();
   }
+  // The transport fills the buffer: no packing here, on the thread running backward.
+  bucket.buffer = Tensor::empty({offset}, dtype, bucket.gradients[0].device());
   std::string what = "gradient bucket " + std::to_string(index) + " (" + dtype_name(dtype) + "[" +
-                     std::to_string(bucket.buffer.numel()) + "]:";
+                     std::to_string(offset) + "]:";
   for (size_t k = 0; k < bucket.names.size(); ++k) what += (k ? ", " : " ") + bucket.names[k];
   what += ")";
   if (thread_) {
-    Tensor buffer = bucket.buffer;
-    bucket.work = thread_->submit(what, [transport = &transport_, buffer, what] {
-      autograd::StopRecording no_tape;
-      (*transport)(buffer, what);
-    });
+    bucket.work = thread_->submit(
+        what, [transport = &transport_, gradients = bucket.gradients, buffer = bucket.buffer, what] {
+          autograd::StopRecording no_tape;
+          (*transport)(gradients, buffer, what);
+        });
   } else {
     std::exception_ptr error;
     try {
-      transport_(bucket.buffer, what);
+      transport_(bucket.gradients, bucket.buffer, what);
     } catch (...) {
       error = std::current_exception();
     }
@@ -141,6 +142,18 @@ void GradientReducer::end_step(bool failed) {
   slots_.clear();
   waited_ = 0;
   if (first && !failed) std::rethrow_exception(first);
+}
+
+void GradientReducer::pack_into(const std::vector<Tensor>& gradients, const Tensor& bucket) {
+  autograd::StopRecording no_tape;
+  const Tensor flat = reshape(bucket, {bucket.numel()});
+  int64_t offset = 0;
+  for (const Tensor& g : gradients) {
+    flat.slice(0, offset, offset + g.numel()).copy_(reshape(g, {g.numel()}));
+    offset += g.numel();
+  }
+  STRATA_CHECK(offset == bucket.numel(), "GradientReducer::pack_into: ", offset, " gradient elements for a bucket of ",
+               bucket.numel());
 }
 
 std::vector<Tensor> GradientReducer::reduce_packed(const std::vector<Tensor>& values, int64_t bytes_per_pack,

@@ -3,8 +3,8 @@
 //
 // Installed on a replica thread as the tape's GradientReadyHook, it receives each
 // variable's gradient the moment backward has finished it, appends it to the open bucket
-// of its dtype and, once the bucket is full, packs it into one flat buffer and launches
-// its all-reduce — on a communication thread, so that the reduction of the last layers
+// of its dtype and, once the bucket is full, launches the all-reduce of the bucket's
+// gradients into one flat buffer — on a communication thread, so that the reduction of the last layers
 // runs while backward still computes the first ones. When backward ends, the partly
 // filled buckets are launched too. Optimizer::apply_gradients then asks for the summed
 // gradients (sum_gradients below): those the reducer holds come from their buckets once
@@ -44,9 +44,14 @@ namespace strata::distribute {
 
 class GradientReducer final : public autograd::GradientReadyHook {
  public:
-  // Sums one flat, contiguous bucket in place over every replica (of every worker).
-  // `what` names the bucket: "gradient bucket 0 (float32[1024]: dense/kernel, dense/bias)".
-  using Transport = std::function<void(const Tensor& bucket, const std::string& what)>;
+  // Leaves in `bucket` (flat, contiguous, of the gradients' dtype and total size; its
+  // contents on entry are undefined) the sum over every replica (of every worker) of the
+  // concatenation of this replica's flattened `gradients`. A transport that reduces a
+  // buffer in place packs first (pack_into); the in-process one folds straight from the
+  // gradients (InProcessCommunicator::all_reduce_parts). `what` names the bucket:
+  // "gradient bucket 0 (float32[1024]: dense/kernel, dense/bias)".
+  using Transport =
+      std::function<void(const std::vector<Tensor>& gradients, const Tensor& bucket, const std::string& what)>;
 
   struct Options {
     int64_t bytes_per_pack = 0;  // 0: 256 KiB for the first bucket of a step, then 25 MiB
@@ -79,6 +84,9 @@ class GradientReducer final : public autograd::GradientReadyHook {
   // Buckets launched this step (for tests).
   size_t buckets_launched() const { return launched_.size(); }
 
+  // Copies `gradients`, flattened and in order, into the flat buffer `bucket`.
+  static void pack_into(const std::vector<Tensor>& gradients, const Tensor& bucket);
+
   // The synchronous packing every replica-context all_reduce uses: defined tensors of one
   // dtype are packed, in order, into flat buckets of at most bytes_per_pack (0: one
   // bucket per dtype; a larger tensor alone), each reduced in place by `reduce`, and
@@ -92,7 +100,7 @@ class GradientReducer final : public autograd::GradientReadyHook {
     std::vector<Tensor> gradients;
     std::vector<std::string> names;
     int64_t bytes = 0;
-    Tensor buffer;  // the packed, then summed, gradients
+    Tensor buffer;  // the summed gradients, flat
     std::shared_ptr<CommWork> work;
     bool taken = false;  // take() handed out some of its sums
   };

@@ -142,8 +142,14 @@ GradientReducer* LocalReplicaContext::gradient_hook() {
     // the replicas computing backward are using.
     const int limit = thread_parallelism_limit();
     reducer_ = std::make_unique<GradientReducer>(
-        [this, limit](const Tensor& bucket, const std::string& what) {
+        [this, limit](const std::vector<Tensor>& gradients, const Tensor& bucket, const std::string& what) {
           set_thread_parallelism_limit(limit);
+          if (!strategy_.worker_communicator() && !strategy_.local_collectives()) {
+            // Replicas of one process: summed straight from every replica's gradients.
+            gradient_comm_.all_reduce_parts(gradients, bucket, ReduceOp::Sum, what);
+            return;
+          }
+          GradientReducer::pack_into(gradients, bucket);
           reduce_buffer(gradient_comm_, bucket, ReduceOp::Sum, what);
         },
         o);

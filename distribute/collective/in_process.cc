@@ -117,6 +117,7 @@ InProcessGroup::InProcessGroup(int size, double timeout_seconds, InProcessAlgori
   STRATA_CHECK(size >= 1, "InProcessGroup: size must be >= 1, got ", size);
   STRATA_CHECK(timeout_seconds > 0, "InProcessGroup: timeout_seconds must be positive, got ", timeout_seconds);
   inputs.resize(size_t(size));
+  input_lists.resize(size_t(size));
   outputs.resize(size_t(size));
   objects.resize(size_t(size));
   arrived_.assign(size_t(size), false);
@@ -140,6 +141,7 @@ void InProcessGroup::begin_round() {
   std::fill(arrived_.begin(), arrived_.end(), false);
   std::fill(finished_.begin(), finished_.end(), false);
   for (auto& t : inputs) t = Tensor();
+  for (auto& l : input_lists) l.clear();
   for (auto& t : outputs) t = Tensor();
   for (auto& o : objects) o.reset();
 }
@@ -249,28 +251,30 @@ std::pair<int64_t, int64_t> slice_range(int64_t n, int parts, int part) {
 
 Tensor flat(const Tensor& t) { return reshape(t, {t.numel()}); }
 
-// Leaves the reduction of `parts` (one slice of every rank's buffer, rank order) in every
-// part. On the host, sums, maxima and minima fold in place into rank 0's part, by the
-// very kernels fold_reduce runs and in its order (so bitwise the same), and are then
-// copied into the others: no temporary, one pass fewer over the slice.
-void fold_into_every(const std::vector<Tensor>& parts, ReduceOp op) {
-  const Tensor& acc = parts[0];
-  bool in_place = op != ReduceOp::Mean && acc.dtype() != kBool;
-  for (const Tensor& p : parts) {
-    in_place = in_place && p.device().is_cpu() && p.dtype() == acc.dtype() && p.shape() == acc.shape();
+// Leaves the reduction of `in` (one slice of every rank's values, rank order) in every
+// `out` (the same slice of every rank's result; `out` may be `in`). On the host, sums,
+// maxima and minima fold in place into out[0], by the very kernels fold_reduce runs and in
+// its order (so bitwise the same), and are then copied into the other outputs: no
+// temporary, and no pass over the slice beyond those.
+void fold_into_every(const std::vector<Tensor>& in, const std::vector<Tensor>& out, ReduceOp op) {
+  const Tensor& acc = out[0];
+  bool direct = op != ReduceOp::Mean && acc.dtype() != kBool && in.size() > 1;
+  for (size_t r = 0; r < in.size(); ++r) {
+    direct = direct && in[r].device().is_cpu() && out[r].device().is_cpu() && in[r].dtype() == acc.dtype() &&
+             in[r].shape() == acc.shape();
   }
-  if (!in_place) {
-    const Tensor folded = fold_reduce(parts, op, acc.device());
-    for (const Tensor& part : parts) part.copy_(folded);
+  if (!direct) {
+    const Tensor folded = fold_reduce(in, op, acc.device());
+    for (const Tensor& o : out) o.copy_(folded);
     return;
   }
   const OpId kernel = op == ReduceOp::Sum ? OpId::Add : op == ReduceOp::Max ? OpId::Maximum : OpId::Minimum;
-  for (size_t r = 1; r < parts.size(); ++r) {
-    const Tensor in[2] = {acc, parts[r]};
-    const Tensor out[1] = {acc};
-    run_kernel(kernel, OpAttrs{}, in, out);
+  for (size_t r = 1; r < in.size(); ++r) {
+    const Tensor args[2] = {r == 1 ? in[0] : acc, in[r]};
+    const Tensor result[1] = {acc};
+    run_kernel(kernel, OpAttrs{}, args, result);
   }
-  for (size_t r = 1; r < parts.size(); ++r) parts[r].copy_(acc);
+  for (size_t r = 1; r < out.size(); ++r) out[r].copy_(acc);
 }
 }  // namespace
 
@@ -314,10 +318,67 @@ void InProcessCommunicator::all_reduce(const Tensor& buffer, ReduceOp op, const 
       std::vector<Tensor> parts;
       parts.reserve(size_t(n));
       for (const Tensor& in : g.inputs) parts.push_back(flat(in).slice(0, begin, end));
-      fold_into_every(parts, op);
+      fold_into_every(parts, parts, op);
     });
     g.sync(rank_, label + "/reduced");
   }
+}
+
+void InProcessCommunicator::all_reduce_parts(const std::vector<Tensor>& parts, const Tensor& output, ReduceOp op,
+                                             const std::string& what) {
+  autograd::StopRecording no_tape;
+  int64_t total = 0;
+  for (const Tensor& p : parts) {
+    STRATA_CHECK(p.defined() && p.dtype() == output.dtype(), what, ": every part must be a defined ",
+                 dtype_name(output.dtype()), " tensor, got ",
+                 p.defined() ? std::string(dtype_name(p.dtype())) + shape_str(p.shape()) : std::string("undefined"));
+    total += p.numel();
+  }
+  STRATA_CHECK(output.defined() && output.is_contiguous() && output.numel() == total, what,
+               ": the output must be a contiguous tensor of ", total, " elements (the parts' total), got ",
+               output.defined() ? shape_str(output.shape()) : std::string("undefined"));
+  InProcessGroup& g = *group_;
+  const int n = g.size();
+  Tensor out = flat(output);
+  auto pack_own = [&] {
+    int64_t offset = 0;
+    for (const Tensor& p : parts) {
+      out.slice(0, offset, offset + p.numel()).copy_(flat(p));
+      offset += p.numel();
+    }
+  };
+  if (n == 1) return pack_own();
+  g.inputs[size_t(rank_)] = output;
+  g.input_lists[size_t(rank_)] = parts;
+  g.sync(rank_, what);
+  g.run_phase(what, [&] {
+    for (int r = 0; r < n; ++r) {
+      const std::vector<Tensor>& theirs = g.input_lists[size_t(r)];
+      STRATA_CHECK(theirs.size() == parts.size(), what, ": replica ", r, " has ", theirs.size(),
+                   " parts but replica ", rank_, " has ", parts.size());
+      for (size_t j = 0; j < parts.size(); ++j) {
+        STRATA_CHECK(theirs[j].numel() == parts[j].numel(), what, ": part ", j, " has ", theirs[j].numel(),
+                     " elements on replica ", r, " but ", parts[j].numel(), " on replica ", rank_);
+      }
+    }
+    // This rank's slice of the bucket, cut along the parts it spans.
+    const auto [begin, end] = slice_range(total, n, rank_);
+    int64_t offset = 0;
+    std::vector<Tensor> in(static_cast<size_t>(n)), dst(static_cast<size_t>(n));
+    for (size_t j = 0; j < parts.size() && offset < end; ++j) {
+      const int64_t size = parts[j].numel();
+      const int64_t lo = std::max(begin, offset), hi = std::min(end, offset + size);
+      if (lo < hi) {
+        for (int r = 0; r < n; ++r) {
+          in[size_t(r)] = flat(g.input_lists[size_t(r)][j]).slice(0, lo - offset, hi - offset);
+          dst[size_t(r)] = flat(g.inputs[size_t(r)]).slice(0, lo, hi);
+        }
+        fold_into_every(in, dst, op);
+      }
+      offset += size;
+    }
+  });
+  g.sync(rank_, what + "/reduced");  // the parts are read, and the outputs written, until here
 }
 
 void InProcessCommunicator::broadcast(const Tensor& buffer, int root) {

@@ -66,6 +66,7 @@ class InProcessGroup {
   // Per-rank exchange slots. Rank r writes only index r, and only between the barriers
   // where the collective's protocol says so; others read them after the next barrier.
   std::vector<Tensor> inputs;
+  std::vector<std::vector<Tensor>> input_lists;  // all_reduce_parts: each rank's parts
   std::vector<Tensor> outputs;
   std::vector<std::shared_ptr<void>> objects;
 
@@ -98,6 +99,14 @@ class InProcessCommunicator final : public Communicator {
   // all_reduce whose ranks are matched by `what` (a caller's description, e.g. a gradient
   // bucket's variables) rather than by the buffer's dtype and shape alone.
   void all_reduce(const Tensor& buffer, ReduceOp op, const std::string& what);
+  // The all-reduce of a bucket that was never packed: leaves in every rank's `output` (flat,
+  // contiguous, as many elements as its `parts` together; its contents on entry do not
+  // matter) the reduction over the ranks of the concatenation of their flattened `parts`.
+  // Each rank folds its slice of the bucket straight from every rank's parts into every
+  // rank's output, so the parts are read once and never copied into a buffer first. The
+  // sums are bitwise those of packing and all_reduce. Ranks are matched by `what`.
+  void all_reduce_parts(const std::vector<Tensor>& parts, const Tensor& output, ReduceOp op,
+                        const std::string& what);
   void broadcast(const Tensor& buffer, int root) override;
   void all_gather(const Tensor& input, const Tensor& output) override;
   void reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op) override;

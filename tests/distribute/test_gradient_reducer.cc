@@ -79,8 +79,9 @@ TEST_CASE("gradient reducer: the first bucket's all-reduce starts before backwar
   GradientReducer::Options options;
   options.bytes_per_pack = 64 * 64 * 4;
   GradientReducer reducer(
-      [&](const Tensor& bucket, const std::string& what) {
+      [&](const std::vector<Tensor>& gradients, const Tensor& bucket, const std::string& what) {
         log.add("start " + what);
+        GradientReducer::pack_into(gradients, bucket);
         std::unique_lock<std::mutex> lock(log.mutex);
         log.cv.wait_for(lock, std::chrono::seconds(30), [&] { return release.load(); });
         lock.unlock();
@@ -138,7 +139,7 @@ TEST_CASE("gradient reducer: a small first bucket, then 25 MiB ones, per dtype, 
   std::vector<std::pair<std::string, int64_t>> buckets;  // name, elements
   GradientReducer::Options options;
   options.asynchronous = false;
-  GradientReducer reducer([&](const Tensor& b, const std::string& what) { buckets.emplace_back(what, b.numel()); },
+  GradientReducer reducer([&](const std::vector<Tensor>&, const Tensor& b, const std::string& what) { buckets.emplace_back(what, b.numel()); },
                           options);
   // 64 KiB float32 gradients: four fill the 256 KiB first bucket; the other 60 (3.75 MiB)
   // stay below 25 MiB and are launched when backward ends. A float64 one has its own.
@@ -158,7 +159,7 @@ TEST_CASE("gradient reducer: a small first bucket, then 25 MiB ones, per dtype, 
   // bytes_per_pack caps every bucket; a larger gradient goes alone.
   buckets.clear();
   options.bytes_per_pack = 100;
-  GradientReducer small([&](const Tensor& b, const std::string& what) { buckets.emplace_back(what, b.numel()); },
+  GradientReducer small([&](const std::vector<Tensor>&, const Tensor& b, const std::string& what) { buckets.emplace_back(what, b.numel()); },
                         options);
   for (int64_t n : {10, 10, 10, 40, 5}) small.gradient_ready(v, zeros({n}));
   small.backward_done();
