@@ -377,6 +377,14 @@ int run(const Config& c) {
   // loss or throughput) are null, never a zero that reads like a result.
   const bool trained = trained_steps > 0 && train_seconds > 0;
   const auto& train_out = controller.last_train_outputs();
+  // The steady throughput: the median of the inner train loops' own rates (no start-up,
+  // evaluation or checkpoint in them), what a benchmark against another framework's
+  // timed training loop compares.
+  nlohmann::json steady_examples_per_sec;
+  if (std::vector<double> loops = controller.train_loop_steps_per_second(); !loops.empty()) {
+    std::sort(loops.begin(), loops.end());
+    steady_examples_per_sec = loops[loops.size() / 2] * double(c.global_batch);
+  }
   nlohmann::json report = {
       {"steps", controller.global_step()},
       {"trained_steps", int64_t(trained_steps)},
@@ -385,6 +393,7 @@ int run(const Config& c) {
       {"eval_accuracy", eval.count("accuracy") ? nlohmann::json(eval.at("accuracy")) : nlohmann::json()},
       {"examples_per_sec", trained ? nlohmann::json(trained_steps * double(c.global_batch) / train_seconds) : nlohmann::json()},
       {"steps_per_sec", trained ? nlohmann::json(trained_steps / train_seconds) : nlohmann::json()},
+      {"steady_examples_per_sec", steady_examples_per_sec},
       {"wall_seconds", wall},
       {"replicas", strategy->num_replicas_in_sync()},
       {"workers", strategy->num_workers()},

@@ -215,6 +215,7 @@ void Controller::train_n_steps(int64_t num_steps) {
   }
   const double steps_per_second = seconds > 0 ? double(num_steps) / seconds : 0.0;
   outputs["steps_per_second"] = steps_per_second;
+  if (steps_per_second > 0) train_loop_steps_per_second_.push_back(steps_per_second);
   last_train_outputs_ = outputs;
   if (train_writer_) {
     for (const auto& [tag, value] : outputs) train_writer_->scalar(tag, value, step);

@@ -52,6 +52,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <strata/autograd/variable.h>
 #include <strata/distribute/strategy.h>
@@ -117,6 +118,10 @@ class Controller {
   distribute::Strategy& strategy() const { return *strategy_; }
   const Outputs& last_train_outputs() const { return last_train_outputs_; }
   const Outputs& last_eval_outputs() const { return last_eval_outputs_; }
+  // Steps per second of every inner train loop this controller ran, in order (each loop's
+  // own clock: no evaluation, checkpoint or start-up in it). Their median is the steady
+  // throughput a benchmark compares.
+  const std::vector<double>& train_loop_steps_per_second() const { return train_loop_steps_per_second_; }
   // The last checkpoint saved or restored ("" when none).
   const std::string& last_checkpoint() const { return last_checkpoint_; }
   // The summary writers (nullptr when not writing, e.g. on a non-chief worker).
@@ -138,6 +143,7 @@ class Controller {
   SummaryWriter* eval_writer_ = nullptr;  // own_eval_writer_ or train_writer_
   std::unique_ptr<ProgressReporter> progress_;
   Outputs last_train_outputs_, last_eval_outputs_;
+  std::vector<double> train_loop_steps_per_second_;
   std::string last_checkpoint_;
 };
 

@@ -57,6 +57,9 @@ TEST_CASE("strata-train: a short mirrored run reports the contract keys and resu
   REQUIRE(j["steps"] == 20);
   REQUIRE(j["replicas"] == 2);
   REQUIRE(j["strategy"] == "mirrored");
+  // Two inner loops of 10 steps: their median rate, times the global batch.
+  REQUIRE(j["steady_examples_per_sec"].is_number());
+  REQUIRE(j["steady_examples_per_sec"].get<double>() > 0);
   REQUIRE(std::filesystem::exists(std::string(j["checkpoint"]) + ".safetensors"));
   // Running again with more steps resumes from step 20 instead of starting over.
   Run r2 = run("--steps 30 " + common);

@@ -119,6 +119,7 @@ TEST_CASE("strata-train guards: a finished run started again evaluates and repor
   CHECK(again["trained_steps"] == 0);
   CHECK(again["final_train_loss"].is_null());   // not measured by this run
   CHECK(again["examples_per_sec"].is_null());
+  CHECK(again["steady_examples_per_sec"].is_null());
   CHECK(again["eval_loss"] == first["eval_loss"]);  // the same model, evaluated again
   CHECK(again["eval_accuracy"] == first["eval_accuracy"]);
 
