@@ -7,22 +7,14 @@
 //  - what cannot be sharded is refused by name.
 // The 2-process case (multi_worker over Gloo) is in test_zero_multi_worker.cc.
 #include <catch2/catch.hpp>
-#include <cstring>
 #include <filesystem>
-#include <random>
 
-#include <strata/autograd/autograd.h>
 #include <strata/core/ops.h>
-#include <strata/data/dataset.h>
-#include <strata/distribute/distributed_dataset.h>
-#include <strata/distribute/loss_scaling.h>
 #include <strata/distribute/make_strategy.h>
 #include <strata/distribute/strategy.h>
 #include <strata/train/adam.h>
 #include <strata/train/checkpoint.h>
 #include <strata/train/checkpoint_file.h>
-#include <strata/train/losses.h>
-#include <strata/train/nn/activations.h>
 #include <strata/train/nn/dense.h>
 #include <strata/train/nn/sequential.h>
 #include <strata/train/sgd.h>
@@ -35,12 +27,20 @@ using namespace strata::distribute;
 namespace fs = std::filesystem;
 
 namespace {
+using strata::distribute::testing::bitwise_equal;
+using strata::distribute::testing::classification_dataset;
+using strata::distribute::testing::classification_mlp;
+using strata::distribute::testing::max_relative_difference;
+using strata::distribute::testing::replicas_agree;
+using strata::distribute::testing::train_classifier;
+using strata::distribute::testing::values_of;
+
 // Kernel 12x16 (192: 3 chunks of 64, 4 of 48), bias 16, kernel 16x4 (64), bias 4 (over 3
 // replicas: chunks of 2, 2 and 0).
 constexpr int64_t kFeatures = 12, kHidden = 16, kClasses = 4, kGlobalBatch = 10, kExamples = 56;
 
 // 5 batches of 10 and a last one of 6.
-data::Dataset make_dataset() { return strata::distribute::testing::classification_dataset(7, kExamples, kFeatures, kGlobalBatch); }
+data::Dataset make_dataset() { return classification_dataset(7, kExamples, kFeatures, kGlobalBatch); }
 
 enum class Opt { SGD, Adam, AdamW, SGDClipped, SGDUnclipped };
 const char* opt_name(Opt o) {
@@ -80,8 +80,7 @@ Result fit(Strategy& strategy, Opt which, int epochs, const std::string& restore
   optim::Optimizer opt;
   {
     auto scope = strategy.scope();
-    model = nn::Sequential{nn::Dense(kFeatures, kHidden, {.kernel_initializer = nn::glorot_uniform(1)}), nn::ReLU(),
-                           nn::Dense(kHidden, kClasses, {.kernel_initializer = nn::glorot_uniform(2)})};
+    model = classification_mlp(kFeatures, kHidden, kClasses, /*init_seed=*/1);
     opt = make_optimizer(which);
   }
   train::Checkpoint checkpoint{{"model", model}, {"optimizer", opt}};
@@ -89,35 +88,16 @@ Result fit(Strategy& strategy, Opt which, int epochs, const std::string& restore
     auto scope = strategy.scope();
     checkpoint.restore(restore);
   }
-  const auto vars = model.trainable_variables();
-  auto step = [&](const data::Batch& b, int64_t global_batch) {
-    autograd::GradientTape tape;
-    Tensor logits = model(b[0]);
-    Tensor per_example = losses::sparse_categorical_crossentropy(b[1], logits, /*from_logits=*/true);
-    Tensor loss = compute_average_loss(per_example, global_batch);
-    auto grads = tape.gradient(loss, vars);
-    opt.apply_gradients(grads, vars);
-    return loss;
-  };
   Result out;
-  auto dist = strategy.experimental_distribute_dataset(make_dataset());
-  for (int epoch = 0; epoch < epochs; ++epoch) {
-    for (auto& batch : dist) {
-      int64_t global = 0;
-      for (const auto& part : batch) global += part[0].dim(0);
-      out.losses.push_back(strategy.reduce(ReduceOp::Sum, strategy.run(step, batch, global)).item<float>());
-    }
-  }
+  out.losses = train_classifier(strategy, model, opt, make_dataset(), epochs);
   if (!save.empty()) {
     auto scope = strategy.scope();
     checkpoint.save(save);
   }
+  const auto vars = model.trainable_variables();
+  REQUIRE(replicas_agree(strategy, vars));
+  out.weights = values_of(vars);
   for (const Variable& v : vars) {
-    auto comps = strategy.experimental_local_results(v);
-    for (const Tensor& c : comps) {
-      REQUIRE(std::memcmp(c.contiguous().raw_data(), comps[0].contiguous().raw_data(), c.nbytes()) == 0);
-    }
-    out.weights.push_back(v.value().clone());
     for (const auto& name : opt.slot_names()) {
       auto slot = opt.find_slot(v, name);
       REQUIRE(slot.has_value());
@@ -126,22 +106,6 @@ Result fit(Strategy& strategy, Opt which, int epochs, const std::string& restore
   }
   out.bytes = optim::optimizer_state_bytes(opt);
   return out;
-}
-
-using strata::distribute::testing::bitwise_equal;
-
-double max_relative_difference(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    auto x = a[i].to_vector<double>(), y = b[i].to_vector<double>();
-    double diff = 0, scale = 0;
-    for (size_t k = 0; k < x.size(); ++k) {
-      diff = std::max(diff, std::abs(x[k] - y[k]));
-      scale = std::max(scale, std::abs(y[k]));
-    }
-    worst = std::max(worst, diff / std::max(scale, 1e-12));
-  }
-  return worst;
 }
 
 struct Case {
