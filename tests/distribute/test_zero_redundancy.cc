@@ -14,13 +14,13 @@
 #include <strata/distribute/strategy.h>
 #include <strata/train/adam.h>
 #include <strata/train/checkpoint.h>
-#include <strata/train/checkpoint_file.h>
 #include <strata/train/nn/dense.h>
 #include <strata/train/nn/sequential.h>
 #include <strata/train/sgd.h>
 #include <strata/train/sharded_optimizer_state.h>
 #include "tests/distribute/equivalence_helpers.h"
 #include "tests/distribute/strategy_cases.h"
+#include "tests/train/checkpoint_compare.h"
 
 using namespace strata;
 using namespace strata::distribute;
@@ -34,6 +34,8 @@ using strata::distribute::testing::max_relative_difference;
 using strata::distribute::testing::replicas_agree;
 using strata::distribute::testing::train_classifier;
 using strata::distribute::testing::values_of;
+using strata::testing::checkpoint_tensors;
+using strata::testing::same_tensors;
 
 // Kernel 12x16 (192: 3 chunks of 64, 4 of 48), bias 16, kernel 16x4 (64), bias 4 (over 3
 // replicas: chunks of 2, 2 and 0).
@@ -145,18 +147,6 @@ struct TempDir {
     fs::remove_all(path, ec);
   }
 };
-
-// A variable's whole-slot names, for comparing two checkpoints' contents.
-std::map<std::string, Tensor> checkpoint_tensors(const fs::path& prefix) { return train::load_tensors(prefix).tensors; }
-
-bool same_checkpoint_tensors(const std::map<std::string, Tensor>& a, const std::map<std::string, Tensor>& b) {
-  if (a.size() != b.size()) return false;
-  for (const auto& [name, t] : a) {
-    auto it = b.find(name);
-    if (it == b.end() || !bitwise_equal({t}, {it->second})) return false;
-  }
-  return true;
-}
 
 // An optimizer whose update is not elementwise: scales each step by the gradient's norm.
 class NormalizedSGDImpl final : public optim::OptimizerImpl {
@@ -273,7 +263,7 @@ TEST_CASE("ZeRO-1: checkpoints move between sharded and plain strategies and rep
     const Result p1 = fit(*make(m2, false), which, 1, "", plain2);
     REQUIRE(bitwise_equal(s1.weights, p1.weights));
     const auto sharded_tensors = checkpoint_tensors(sharded2), plain_tensors = checkpoint_tensors(plain2);
-    CHECK(same_checkpoint_tensors(sharded_tensors, plain_tensors));
+    CHECK(same_tensors(sharded_tensors, plain_tensors));
     // Resuming across the two gives the uninterrupted run, bitwise, both ways.
     const Result whole = fit(*make(m2, false), which, 2);
     const Result sharded_to_plain = fit(*make(m2, false), which, 1, sharded2);
@@ -289,7 +279,7 @@ TEST_CASE("ZeRO-1: checkpoints move between sharded and plain strategies and rep
         INFO(c.label << (shard ? " sharded" : " plain"));
         const std::string again = (dir.path / (tag + "-" + std::to_string(shard) + "-again")).string();
         fit(*make(c, shard), which, 0, sharded2, again);
-        CHECK(same_checkpoint_tensors(checkpoint_tensors(again), sharded_tensors));
+        CHECK(same_tensors(checkpoint_tensors(again), sharded_tensors));
       }
     }
     // Sharded over 3 replicas from a 2-replica checkpoint, trained on: as plain over 3.
