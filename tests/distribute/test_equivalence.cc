@@ -18,18 +18,13 @@ using namespace strata;
 using namespace strata::distribute;
 
 namespace {
-using strata::distribute::testing::bitwise_equal;
-using strata::distribute::testing::classification_dataset;
-using strata::distribute::testing::classification_mlp;
-using strata::distribute::testing::max_relative_difference;
-using strata::distribute::testing::replicas_agree;
-using strata::distribute::testing::train_classifier;
-using strata::distribute::testing::values_of;
+// The strategy-equivalence helpers (equivalence_helpers.h).
+namespace eq = strata::distribute::testing;
 
 constexpr int64_t kFeatures = 12, kHidden = 16, kClasses = 4, kGlobalBatch = 10, kExamples = 56;
 
 // 5 batches of 10 and a last one of 6.
-data::Dataset make_dataset() { return classification_dataset(42, kExamples, kFeatures, kGlobalBatch); }
+data::Dataset make_dataset() { return eq::classification_dataset(42, kExamples, kFeatures, kGlobalBatch); }
 
 enum class Opt { SGD, Adam };
 
@@ -40,20 +35,20 @@ std::vector<Tensor> train(Strategy& strategy, Opt which, int epochs = 2) {
   optim::Optimizer opt;
   {
     auto scope = strategy.scope();
-    model = classification_mlp(kFeatures, kHidden, kClasses, /*init_seed=*/1);
+    model = eq::classification_mlp(kFeatures, kHidden, kClasses, /*init_seed=*/1);
     if (which == Opt::SGD) {
       opt = optim::SGD(0.1, {.momentum = 0.9});
     } else {
       opt = optim::Adam(0.01);
     }
   }
-  const std::vector<float> losses = train_classifier(strategy, model, opt, make_dataset(), epochs);
+  const std::vector<float> losses = eq::train_classifier(strategy, model, opt, make_dataset(), epochs);
   REQUIRE(losses.size() == 12);
   for (float loss : losses) REQUIRE(std::isfinite(loss));
   REQUIRE(opt.iterations().value().item<int64_t>() == 12);  // once per step, whatever the replicas
   const auto vars = model.trainable_variables();
-  REQUIRE(replicas_agree(strategy, vars));
-  return values_of(vars);
+  REQUIRE(eq::replicas_agree(strategy, vars));
+  return eq::values_of(vars);
 }
 
 struct Case {
@@ -83,12 +78,12 @@ TEST_CASE("K steps of an MLP end with the same weights under every strategy, bit
     INFO((which == Opt::SGD ? "SGD(momentum 0.9)" : "Adam"));
     const std::vector<Tensor> reference = train(DefaultStrategy::instance(), which);
     const std::vector<Tensor> again = train(DefaultStrategy::instance(), which);
-    REQUIRE(bitwise_equal(reference, again));
+    REQUIRE(eq::bitwise_equal(reference, again));
     // The weights moved: the test compares trained models, not initial values.
     {
       auto scope = DefaultStrategy::instance().scope();
       nn::Dense fresh(kFeatures, kHidden, {.kernel_initializer = nn::glorot_uniform(1)});
-      REQUIRE(max_relative_difference(std::vector<Tensor>{fresh->kernel().value()},
+      REQUIRE(eq::max_relative_difference(std::vector<Tensor>{fresh->kernel().value()},
                                       std::vector<Tensor>{reference[0]}) > 1e-2);
     }
     std::map<std::string, std::vector<Tensor>> results;
@@ -96,15 +91,15 @@ TEST_CASE("K steps of an MLP end with the same weights under every strategy, bit
       INFO(c.label);
       auto first = c.make();
       const std::vector<Tensor> weights = train(*first, which);
-      const double rel = max_relative_difference(weights, reference);
+      const double rel = eq::max_relative_difference(weights, reference);
       INFO("max relative difference to the default strategy: " << rel);
       REQUIRE(rel <= 1e-5);
       auto second = c.make();
-      REQUIRE(bitwise_equal(weights, train(*second, which)));  // deterministic
+      REQUIRE(eq::bitwise_equal(weights, train(*second, which)));  // deterministic
       results[c.label] = weights;
     }
     // The cross-device ops change who reduces, not the result.
-    REQUIRE(bitwise_equal(results["mirrored(2)"], results["mirrored(2, hierarchical)"]));
-    REQUIRE(bitwise_equal(results["mirrored(4)"], results["mirrored(4, hierarchical)"]));
+    REQUIRE(eq::bitwise_equal(results["mirrored(2)"], results["mirrored(2, hierarchical)"]));
+    REQUIRE(eq::bitwise_equal(results["mirrored(4)"], results["mirrored(4, hierarchical)"]));
   }
 }

@@ -27,13 +27,8 @@ using namespace strata::distribute;
 namespace fs = std::filesystem;
 
 namespace {
-using strata::distribute::testing::bitwise_equal;
-using strata::distribute::testing::classification_dataset;
-using strata::distribute::testing::classification_mlp;
-using strata::distribute::testing::max_relative_difference;
-using strata::distribute::testing::replicas_agree;
-using strata::distribute::testing::train_classifier;
-using strata::distribute::testing::values_of;
+// The strategy-equivalence helpers (equivalence_helpers.h).
+namespace eq = strata::distribute::testing;
 using strata::testing::checkpoint_tensors;
 using strata::testing::same_tensors;
 
@@ -42,7 +37,7 @@ using strata::testing::same_tensors;
 constexpr int64_t kFeatures = 12, kHidden = 16, kClasses = 4, kGlobalBatch = 10, kExamples = 56;
 
 // 5 batches of 10 and a last one of 6.
-data::Dataset make_dataset() { return classification_dataset(7, kExamples, kFeatures, kGlobalBatch); }
+data::Dataset make_dataset() { return eq::classification_dataset(7, kExamples, kFeatures, kGlobalBatch); }
 
 enum class Opt { SGD, Adam, AdamW, SGDClipped, SGDUnclipped };
 const char* opt_name(Opt o) {
@@ -82,7 +77,7 @@ Result fit(Strategy& strategy, Opt which, int epochs, const std::string& restore
   optim::Optimizer opt;
   {
     auto scope = strategy.scope();
-    model = classification_mlp(kFeatures, kHidden, kClasses, /*init_seed=*/1);
+    model = eq::classification_mlp(kFeatures, kHidden, kClasses, /*init_seed=*/1);
     opt = make_optimizer(which);
   }
   train::Checkpoint checkpoint{{"model", model}, {"optimizer", opt}};
@@ -91,14 +86,14 @@ Result fit(Strategy& strategy, Opt which, int epochs, const std::string& restore
     checkpoint.restore(restore);
   }
   Result out;
-  out.losses = train_classifier(strategy, model, opt, make_dataset(), epochs);
+  out.losses = eq::train_classifier(strategy, model, opt, make_dataset(), epochs);
   if (!save.empty()) {
     auto scope = strategy.scope();
     checkpoint.save(save);
   }
   const auto vars = model.trainable_variables();
-  REQUIRE(replicas_agree(strategy, vars));
-  out.weights = values_of(vars);
+  REQUIRE(eq::replicas_agree(strategy, vars));
+  out.weights = eq::values_of(vars);
   for (const Variable& v : vars) {
     for (const auto& name : opt.slot_names()) {
       auto slot = opt.find_slot(v, name);
@@ -176,8 +171,8 @@ TEST_CASE("ZeRO-1: every synchronous strategy trains bitwise as without it", "[z
       const Result b = fit(*sharded, which, 2);
       REQUIRE(a.losses.size() == 12);
       CHECK(a.losses == b.losses);
-      CHECK(bitwise_equal(a.weights, b.weights));
-      CHECK(bitwise_equal(a.slots, b.slots));
+      CHECK(eq::bitwise_equal(a.weights, b.weights));
+      CHECK(eq::bitwise_equal(a.slots, b.slots));
       // The weights moved (the test compares trained models, not initial values).
       CHECK(a.losses.back() < a.losses.front());
       // One whole copy of the state either way; each replica holds 1/N of it sharded.
@@ -203,13 +198,13 @@ TEST_CASE("ZeRO-1: global-norm clipping over the shards matches the unsharded cl
     const Result a = fit(*make(c, false), Opt::SGDClipped, 2);
     const Result b = fit(*make(c, true), Opt::SGDClipped, 2);
     // The norm's partial sums are added in another order: equal up to rounding.
-    const double rel = max_relative_difference(b.weights, a.weights);
+    const double rel = eq::max_relative_difference(b.weights, a.weights);
     INFO("max relative difference " << rel);
     CHECK(rel <= 1e-5);
-    CHECK(max_relative_difference(b.slots, a.slots) <= 1e-4);
+    CHECK(eq::max_relative_difference(b.slots, a.slots) <= 1e-4);
     // Clipping was active: an unclipped run ends elsewhere.
     const Result unclipped = fit(*make(c, false), Opt::SGDUnclipped, 2);
-    CHECK(max_relative_difference(unclipped.weights, a.weights) > 1e-3);
+    CHECK(eq::max_relative_difference(unclipped.weights, a.weights) > 1e-3);
   }
 }
 
@@ -235,7 +230,7 @@ TEST_CASE("ZeRO-1: each replica keeps its chunk of every slot", "[zero]") {
   // Whole assignment in cross-replica context lands in the chunks; a read gives it back.
   Tensor values = reshape(arange(0, double(kFeatures * kHidden)), kernel.shape());
   m->assign(values);
-  CHECK(bitwise_equal({m->value()}, {values}));
+  CHECK(eq::bitwise_equal({m->value()}, {values}));
   CHECK(sharded->chunk(1).to_vector<double>()[0] == double(kFeatures * kHidden / 3));
   // In replica context a replica sees its own chunk and cannot assign the slot.
   auto seen = strategy->run([&] {
@@ -261,17 +256,17 @@ TEST_CASE("ZeRO-1: checkpoints move between sharded and plain strategies and rep
     // The same training, sharded or not, writes the same tensors under the same names.
     const Result s1 = fit(*make(m2, true), which, 1, "", sharded2);
     const Result p1 = fit(*make(m2, false), which, 1, "", plain2);
-    REQUIRE(bitwise_equal(s1.weights, p1.weights));
+    REQUIRE(eq::bitwise_equal(s1.weights, p1.weights));
     const auto sharded_tensors = checkpoint_tensors(sharded2), plain_tensors = checkpoint_tensors(plain2);
     CHECK(same_tensors(sharded_tensors, plain_tensors));
     // Resuming across the two gives the uninterrupted run, bitwise, both ways.
     const Result whole = fit(*make(m2, false), which, 2);
     const Result sharded_to_plain = fit(*make(m2, false), which, 1, sharded2);
     const Result plain_to_sharded = fit(*make(m2, true), which, 1, plain2);
-    CHECK(bitwise_equal(sharded_to_plain.weights, whole.weights));
-    CHECK(bitwise_equal(sharded_to_plain.slots, whole.slots));
-    CHECK(bitwise_equal(plain_to_sharded.weights, whole.weights));
-    CHECK(bitwise_equal(plain_to_sharded.slots, whole.slots));
+    CHECK(eq::bitwise_equal(sharded_to_plain.weights, whole.weights));
+    CHECK(eq::bitwise_equal(sharded_to_plain.slots, whole.slots));
+    CHECK(eq::bitwise_equal(plain_to_sharded.weights, whole.weights));
+    CHECK(eq::bitwise_equal(plain_to_sharded.slots, whole.slots));
     // Other replica counts, sharded or not (and the default strategy): restoring then
     // saving again gives back exactly the tensors restored.
     for (const Case& c : cases()) {
@@ -286,8 +281,8 @@ TEST_CASE("ZeRO-1: checkpoints move between sharded and plain strategies and rep
     const Case m3{"mirrored(3)", "mirrored", {.replicas = 3}};
     const Result s3 = fit(*make(m3, true), which, 1, plain2);
     const Result p3 = fit(*make(m3, false), which, 1, sharded2);
-    CHECK(bitwise_equal(s3.weights, p3.weights));
-    CHECK(bitwise_equal(s3.slots, p3.slots));
+    CHECK(eq::bitwise_equal(s3.weights, p3.weights));
+    CHECK(eq::bitwise_equal(s3.slots, p3.slots));
   }
 }
 
