@@ -215,15 +215,14 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
   std::unordered_map<size_t, std::vector<size_t>> ready_after;  // node index -> hooked entries
   std::vector<bool> reported;
   if (hook) {
+    // oldest_use doubles as the de-duplication set: two watched variables holding the same
+    // value tensor are one source, reported once (the first in watch order).
+    std::unordered_map<uint64_t, size_t> oldest_use;
     for (const Variable& v : variables_) {
       const uint64_t id = v.value().id();
       if (!source_ids.contains(id)) continue;
-      bool seen = false;
-      for (const auto& h : hooked) seen = seen || h.first == id;
-      if (!seen) hooked.emplace_back(id, v);
+      if (oldest_use.emplace(id, nodes_.size()).second) hooked.emplace_back(id, v);
     }
-    std::unordered_map<uint64_t, size_t> oldest_use;
-    for (size_t k = 0; k < hooked.size(); ++k) oldest_use.emplace(hooked[k].first, nodes_.size());
     for (size_t i = 0; i < nodes_.size() && !oldest_use.empty(); ++i) {
       for (uint64_t id : nodes_[i].input_ids) {
         auto it = oldest_use.find(id);

@@ -177,36 +177,35 @@ gloo::AllreduceOptions::Func reduce_fn(ReduceOp op) {
   fail("gloo: unknown reduce op");
 }
 
-// out = a (op) b, elementwise. Plain loops the compiler vectorises; a, b and out may alias.
-template <typename T>
-void combine_sum(void* out, const void* a, const void* b, size_t n) {
+// out = a (op) b, elementwise. A plain loop the compiler vectorises; a, b and out may
+// alias. Max and Min are written as gloo::max and gloo::min are (std::max, std::min): a
+// comparison with a NaN is false, so a NaN in `a` is kept and a NaN in `b` is dropped.
+// The direct exchange folds the ranks in rank order with the running result as `a`, so
+// a NaN reaches a max or min only from rank 0 (or a running result that already holds
+// one); a NaN in a sum propagates from any rank.
+template <typename T, ReduceOp kOp>
+void combine(void* out, const void* a, const void* b, size_t n) {
   T* o = static_cast<T*>(out);
   const T* x = static_cast<const T*>(a);
   const T* y = static_cast<const T*>(b);
-  for (size_t i = 0; i < n; ++i) o[i] = T(x[i] + y[i]);
-}
-template <typename T>
-void combine_max(void* out, const void* a, const void* b, size_t n) {
-  T* o = static_cast<T*>(out);
-  const T* x = static_cast<const T*>(a);
-  const T* y = static_cast<const T*>(b);
-  for (size_t i = 0; i < n; ++i) o[i] = x[i] < y[i] ? y[i] : x[i];
-}
-template <typename T>
-void combine_min(void* out, const void* a, const void* b, size_t n) {
-  T* o = static_cast<T*>(out);
-  const T* x = static_cast<const T*>(a);
-  const T* y = static_cast<const T*>(b);
-  for (size_t i = 0; i < n; ++i) o[i] = y[i] < x[i] ? y[i] : x[i];
+  for (size_t i = 0; i < n; ++i) {
+    if constexpr (kOp == ReduceOp::Max) {
+      o[i] = x[i] < y[i] ? y[i] : x[i];
+    } else if constexpr (kOp == ReduceOp::Min) {
+      o[i] = y[i] < x[i] ? y[i] : x[i];
+    } else {
+      o[i] = T(x[i] + y[i]);
+    }
+  }
 }
 
 template <typename T>
 void (*combine_fn(ReduceOp op))(void*, const void*, const void*, size_t) {
   switch (op) {
     case ReduceOp::Sum:
-    case ReduceOp::Mean: return &combine_sum<T>;
-    case ReduceOp::Max: return &combine_max<T>;
-    case ReduceOp::Min: return &combine_min<T>;
+    case ReduceOp::Mean: return &combine<T, ReduceOp::Sum>;
+    case ReduceOp::Max: return &combine<T, ReduceOp::Max>;
+    case ReduceOp::Min: return &combine<T, ReduceOp::Min>;
   }
   fail("gloo: unknown reduce op");
 }

@@ -87,19 +87,44 @@ struct alignas(16) Vec16 {
   T v[kN];
 };
 
+// Operands of the contiguous kernels: a device array (unary: a plain pointer, which keeps
+// the kernel parameter's __restrict__), or an In<T> that may also be a host scalar.
 template <typename T>
-__global__ void unary_contiguous_kernel(int64_t n, const T* __restrict__ in, T* __restrict__ out, UnaryCode code) {
+__device__ __forceinline__ Vec16<T> load_vec(const T* in, int64_t i) {
+  return reinterpret_cast<const Vec16<T>*>(in)[i];
+}
+template <typename T>
+__device__ __forceinline__ Vec16<T> load_vec(const In<T>& in, int64_t i) {
+  if (in.ptr) return load_vec(in.ptr, i);
+  Vec16<T> v;
+  for (int j = 0; j < Vec16<T>::kN; ++j) v.v[j] = in.value;
+  return v;
+}
+template <typename T>
+__device__ __forceinline__ T element_at(const T* in, int64_t i) { return in[i]; }
+template <typename T>
+__device__ __forceinline__ T element_at(const In<T>& in, int64_t i) { return in.at(i); }
+
+// The contiguous kernels' grid-stride loop: out[i] = store(f(load(operand[i])...)) for
+// i < n, by whole Vec16s first, then the tail element by element.
+template <typename T, typename F, typename... Operands>
+__device__ __forceinline__ void vec16_map(int64_t n, T* __restrict__ out, F f, const Operands&... in) {
   using V = Vec16<T>;
+  const auto map = [&f](const auto&... x) {  // one Vec16 per operand
+    V y;
+    for (int j = 0; j < V::kN; ++j) y.v[j] = store<T>(f(load(x.v[j])...));
+    return y;
+  };
   const int64_t first = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t step = int64_t(gridDim.x) * blockDim.x;
   const int64_t vectors = n / V::kN;
-  for (int64_t i = first; i < vectors; i += step) {
-    const V x = reinterpret_cast<const V*>(in)[i];
-    V y;
-    for (int j = 0; j < V::kN; ++j) y.v[j] = store<T>(apply_unary(code, load(x.v[j])));
-    reinterpret_cast<V*>(out)[i] = y;
-  }
-  for (int64_t i = vectors * V::kN + first; i < n; i += step) out[i] = store<T>(apply_unary(code, load(in[i])));
+  for (int64_t i = first; i < vectors; i += step) reinterpret_cast<V*>(out)[i] = map(load_vec(in, i)...);
+  for (int64_t i = vectors * V::kN + first; i < n; i += step) out[i] = store<T>(f(load(element_at(in, i))...));
+}
+
+template <typename T>
+__global__ void unary_contiguous_kernel(int64_t n, const T* __restrict__ in, T* __restrict__ out, UnaryCode code) {
+  vec16_map(n, out, [code](auto x) { return apply_unary(code, x); }, in);
 }
 
 template <typename T>
@@ -184,30 +209,9 @@ __global__ void arith_kernel(Indexer<3> ix, int64_t n, In<T> a, In<T> b, T* __re
   }
 }
 
-// One operand of arith_contiguous_kernel: a contiguous device array or a host scalar.
-template <typename T>
-__device__ __forceinline__ Vec16<T> load_vec(const In<T>& in, int64_t i) {
-  if (in.ptr) return reinterpret_cast<const Vec16<T>*>(in.ptr)[i];
-  Vec16<T> v;
-  for (int j = 0; j < Vec16<T>::kN; ++j) v.v[j] = in.value;
-  return v;
-}
-
 template <typename T>
 __global__ void arith_contiguous_kernel(int64_t n, In<T> a, In<T> b, T* __restrict__ out, BinaryCode code) {
-  using V = Vec16<T>;
-  const int64_t first = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t step = int64_t(gridDim.x) * blockDim.x;
-  const int64_t vectors = n / V::kN;
-  for (int64_t i = first; i < vectors; i += step) {
-    const V u = load_vec(a, i), v = load_vec(b, i);
-    V y;
-    for (int j = 0; j < V::kN; ++j) y.v[j] = store<T>(apply_arith(code, load(u.v[j]), load(v.v[j])));
-    reinterpret_cast<V*>(out)[i] = y;
-  }
-  for (int64_t i = vectors * V::kN + first; i < n; i += step) {
-    out[i] = store<T>(apply_arith(code, load(a.at(i)), load(b.at(i))));
-  }
+  vec16_map(n, out, [code](auto u, auto v) { return apply_arith(code, u, v); }, a, b);
 }
 
 template <typename T>

@@ -10,6 +10,7 @@
 #include <functional>
 #include <future>
 #include <iostream>
+#include <limits>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -249,6 +250,34 @@ TEST_CASE("Gloo direct all_reduce sums in rank order: every rank gets the same b
       return {};
     }));
   }
+}
+
+TEST_CASE("Gloo direct all_reduce: NaN in max and min as std::max and std::min fold it", "[gloo]") {
+  if (skip_without_gloo()) return;
+  // Rank r holds r + 1 everywhere but element r, which is NaN. Folding in rank order with
+  // std::max / std::min (as gloo::max and gloo::min do) keeps a NaN already in the running
+  // result and drops one that arrives later: only rank 0's NaN survives. A sum keeps all.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  GroupSpec spec{3};
+  spec.tweak = [](GlooCommunicatorOptions& o) { o.direct_max_bytes = int64_t(1) << 40; };
+  require_all_ok(run_group(spec, [nan](int rank, Communicator& comm) -> std::string {
+    const std::vector<std::pair<ReduceOp, std::vector<float>>> cases = {
+        {ReduceOp::Max, {nan, 3, 2, 3}}, {ReduceOp::Min, {nan, 1, 1, 1}}, {ReduceOp::Sum, {nan, nan, nan, 6}}};
+    for (const auto& [op, want] : cases) {
+      std::vector<float> v(4, float(rank + 1));
+      v[size_t(rank)] = nan;
+      Tensor t = Tensor::from_vector(v);
+      comm.all_reduce(t, op);
+      const auto got = t.to_vector<float>();
+      for (size_t i = 0; i < want.size(); ++i) {
+        const bool same = std::isnan(want[i]) ? std::isnan(got[i]) : got[i] == want[i];
+        if (!same)
+          return std::string(op_str(op)) + ": element " + std::to_string(i) + " is " + std::to_string(got[i]) +
+                 ", expected " + std::to_string(want[i]);
+      }
+    }
+    return {};
+  }));
 }
 
 TEST_CASE("Gloo broadcast from every root, any dtype", "[gloo]") {

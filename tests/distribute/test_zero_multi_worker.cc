@@ -5,7 +5,6 @@
 // a quarter of the optimizer state per replica, and its checkpoints (the whole slots,
 // gathered from both workers) resume unsharded jobs and the other way round.
 #include <catch2/catch.hpp>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -15,7 +14,7 @@
 
 #include "child_process.h"
 #include <strata/distribute/collective/gloo_communicator.h>
-#include <strata/train/checkpoint_file.h>
+#include "tests/train/checkpoint_compare.h"
 
 using namespace strata;
 namespace fs = std::filesystem;
@@ -51,20 +50,8 @@ nlohmann::json train_job(const fs::path& model_dir, int steps, bool shard) {
   return nlohmann::json::parse(std::ifstream(report));
 }
 
-std::map<std::string, Tensor> checkpoint_tensors(const nlohmann::json& report) {
-  return train::load_tensors(report["checkpoint"].get<std::string>()).tensors;
-}
-
-bool same_tensors(const std::map<std::string, Tensor>& a, const std::map<std::string, Tensor>& b) {
-  if (a.size() != b.size()) return false;
-  for (const auto& [name, t] : a) {
-    auto it = b.find(name);
-    if (it == b.end() || it->second.shape() != t.shape() || it->second.dtype() != t.dtype() ||
-        std::memcmp(it->second.raw_data(), t.raw_data(), t.nbytes()) != 0)
-      return false;
-  }
-  return true;
-}
+using strata::testing::reported_checkpoint_tensors;
+using strata::testing::same_tensors;
 
 }  // namespace
 
@@ -82,7 +69,7 @@ TEST_CASE("ZeRO-1 across 2 workers x 2 replicas: bitwise as without it, and chec
   CHECK(sharded["shard_optimizer_state"] == true);
   CHECK(plain["final_train_loss"] == sharded["final_train_loss"]);
   CHECK(plain["eval_loss"] == sharded["eval_loss"]);
-  CHECK(same_tensors(checkpoint_tensors(plain), checkpoint_tensors(sharded)));
+  CHECK(same_tensors(reported_checkpoint_tensors(plain), reported_checkpoint_tensors(sharded)));
   // A quarter per replica (the MLP's last bias, 10 elements, splits 3+3+3+1).
   const int64_t total = sharded["optimizer_state_bytes_total"], per_replica = sharded["optimizer_state_bytes_per_replica"];
   CHECK(plain["optimizer_state_bytes_per_replica"] == total);
@@ -93,8 +80,8 @@ TEST_CASE("ZeRO-1 across 2 workers x 2 replicas: bitwise as without it, and chec
   const nlohmann::json a20 = train_job(dir.path / "a", 20, false);
   train_job(dir.path / "b", 10, false);
   const nlohmann::json b20 = train_job(dir.path / "b", 20, true);
-  CHECK(same_tensors(checkpoint_tensors(a20), checkpoint_tensors(plain)));
-  CHECK(same_tensors(checkpoint_tensors(b20), checkpoint_tensors(plain)));
+  CHECK(same_tensors(reported_checkpoint_tensors(a20), reported_checkpoint_tensors(plain)));
+  CHECK(same_tensors(reported_checkpoint_tensors(b20), reported_checkpoint_tensors(plain)));
   CHECK(a20["eval_loss"] == plain["eval_loss"]);
   CHECK(b20["eval_loss"] == plain["eval_loss"]);
 }

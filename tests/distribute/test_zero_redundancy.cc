@@ -7,40 +7,37 @@
 //  - what cannot be sharded is refused by name.
 // The 2-process case (multi_worker over Gloo) is in test_zero_multi_worker.cc.
 #include <catch2/catch.hpp>
-#include <cstring>
 #include <filesystem>
-#include <random>
 
-#include <strata/autograd/autograd.h>
 #include <strata/core/ops.h>
-#include <strata/data/dataset.h>
-#include <strata/distribute/distributed_dataset.h>
-#include <strata/distribute/loss_scaling.h>
 #include <strata/distribute/make_strategy.h>
 #include <strata/distribute/strategy.h>
 #include <strata/train/adam.h>
 #include <strata/train/checkpoint.h>
-#include <strata/train/checkpoint_file.h>
-#include <strata/train/losses.h>
-#include <strata/train/nn/activations.h>
 #include <strata/train/nn/dense.h>
 #include <strata/train/nn/sequential.h>
 #include <strata/train/sgd.h>
 #include <strata/train/sharded_optimizer_state.h>
 #include "tests/distribute/equivalence_helpers.h"
 #include "tests/distribute/strategy_cases.h"
+#include "tests/train/checkpoint_compare.h"
 
 using namespace strata;
 using namespace strata::distribute;
 namespace fs = std::filesystem;
 
 namespace {
+// The strategy-equivalence helpers (equivalence_helpers.h).
+namespace eq = strata::distribute::testing;
+using strata::testing::checkpoint_tensors;
+using strata::testing::same_tensors;
+
 // Kernel 12x16 (192: 3 chunks of 64, 4 of 48), bias 16, kernel 16x4 (64), bias 4 (over 3
 // replicas: chunks of 2, 2 and 0).
 constexpr int64_t kFeatures = 12, kHidden = 16, kClasses = 4, kGlobalBatch = 10, kExamples = 56;
 
 // 5 batches of 10 and a last one of 6.
-data::Dataset make_dataset() { return strata::distribute::testing::classification_dataset(7, kExamples, kFeatures, kGlobalBatch); }
+data::Dataset make_dataset() { return eq::classification_dataset(7, kExamples, kFeatures, kGlobalBatch); }
 
 enum class Opt { SGD, Adam, AdamW, SGDClipped, SGDUnclipped };
 const char* opt_name(Opt o) {
@@ -80,8 +77,7 @@ Result fit(Strategy& strategy, Opt which, int epochs, const std::string& restore
   optim::Optimizer opt;
   {
     auto scope = strategy.scope();
-    model = nn::Sequential{nn::Dense(kFeatures, kHidden, {.kernel_initializer = nn::glorot_uniform(1)}), nn::ReLU(),
-                           nn::Dense(kHidden, kClasses, {.kernel_initializer = nn::glorot_uniform(2)})};
+    model = eq::classification_mlp(kFeatures, kHidden, kClasses, /*init_seed=*/1);
     opt = make_optimizer(which);
   }
   train::Checkpoint checkpoint{{"model", model}, {"optimizer", opt}};
@@ -89,35 +85,16 @@ Result fit(Strategy& strategy, Opt which, int epochs, const std::string& restore
     auto scope = strategy.scope();
     checkpoint.restore(restore);
   }
-  const auto vars = model.trainable_variables();
-  auto step = [&](const data::Batch& b, int64_t global_batch) {
-    autograd::GradientTape tape;
-    Tensor logits = model(b[0]);
-    Tensor per_example = losses::sparse_categorical_crossentropy(b[1], logits, /*from_logits=*/true);
-    Tensor loss = compute_average_loss(per_example, global_batch);
-    auto grads = tape.gradient(loss, vars);
-    opt.apply_gradients(grads, vars);
-    return loss;
-  };
   Result out;
-  auto dist = strategy.experimental_distribute_dataset(make_dataset());
-  for (int epoch = 0; epoch < epochs; ++epoch) {
-    for (auto& batch : dist) {
-      int64_t global = 0;
-      for (const auto& part : batch) global += part[0].dim(0);
-      out.losses.push_back(strategy.reduce(ReduceOp::Sum, strategy.run(step, batch, global)).item<float>());
-    }
-  }
+  out.losses = eq::train_classifier(strategy, model, opt, make_dataset(), epochs);
   if (!save.empty()) {
     auto scope = strategy.scope();
     checkpoint.save(save);
   }
+  const auto vars = model.trainable_variables();
+  REQUIRE(eq::replicas_agree(strategy, vars));
+  out.weights = eq::values_of(vars);
   for (const Variable& v : vars) {
-    auto comps = strategy.experimental_local_results(v);
-    for (const Tensor& c : comps) {
-      REQUIRE(std::memcmp(c.contiguous().raw_data(), comps[0].contiguous().raw_data(), c.nbytes()) == 0);
-    }
-    out.weights.push_back(v.value().clone());
     for (const auto& name : opt.slot_names()) {
       auto slot = opt.find_slot(v, name);
       REQUIRE(slot.has_value());
@@ -126,22 +103,6 @@ Result fit(Strategy& strategy, Opt which, int epochs, const std::string& restore
   }
   out.bytes = optim::optimizer_state_bytes(opt);
   return out;
-}
-
-using strata::distribute::testing::bitwise_equal;
-
-double max_relative_difference(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    auto x = a[i].to_vector<double>(), y = b[i].to_vector<double>();
-    double diff = 0, scale = 0;
-    for (size_t k = 0; k < x.size(); ++k) {
-      diff = std::max(diff, std::abs(x[k] - y[k]));
-      scale = std::max(scale, std::abs(y[k]));
-    }
-    worst = std::max(worst, diff / std::max(scale, 1e-12));
-  }
-  return worst;
 }
 
 struct Case {
@@ -182,18 +143,6 @@ struct TempDir {
   }
 };
 
-// A variable's whole-slot names, for comparing two checkpoints' contents.
-std::map<std::string, Tensor> checkpoint_tensors(const fs::path& prefix) { return train::load_tensors(prefix).tensors; }
-
-bool same_checkpoint_tensors(const std::map<std::string, Tensor>& a, const std::map<std::string, Tensor>& b) {
-  if (a.size() != b.size()) return false;
-  for (const auto& [name, t] : a) {
-    auto it = b.find(name);
-    if (it == b.end() || !bitwise_equal({t}, {it->second})) return false;
-  }
-  return true;
-}
-
 // An optimizer whose update is not elementwise: scales each step by the gradient's norm.
 class NormalizedSGDImpl final : public optim::OptimizerImpl {
  public:
@@ -222,8 +171,8 @@ TEST_CASE("ZeRO-1: every synchronous strategy trains bitwise as without it", "[z
       const Result b = fit(*sharded, which, 2);
       REQUIRE(a.losses.size() == 12);
       CHECK(a.losses == b.losses);
-      CHECK(bitwise_equal(a.weights, b.weights));
-      CHECK(bitwise_equal(a.slots, b.slots));
+      CHECK(eq::bitwise_equal(a.weights, b.weights));
+      CHECK(eq::bitwise_equal(a.slots, b.slots));
       // The weights moved (the test compares trained models, not initial values).
       CHECK(a.losses.back() < a.losses.front());
       // One whole copy of the state either way; each replica holds 1/N of it sharded.
@@ -249,13 +198,13 @@ TEST_CASE("ZeRO-1: global-norm clipping over the shards matches the unsharded cl
     const Result a = fit(*make(c, false), Opt::SGDClipped, 2);
     const Result b = fit(*make(c, true), Opt::SGDClipped, 2);
     // The norm's partial sums are added in another order: equal up to rounding.
-    const double rel = max_relative_difference(b.weights, a.weights);
+    const double rel = eq::max_relative_difference(b.weights, a.weights);
     INFO("max relative difference " << rel);
     CHECK(rel <= 1e-5);
-    CHECK(max_relative_difference(b.slots, a.slots) <= 1e-4);
+    CHECK(eq::max_relative_difference(b.slots, a.slots) <= 1e-4);
     // Clipping was active: an unclipped run ends elsewhere.
     const Result unclipped = fit(*make(c, false), Opt::SGDUnclipped, 2);
-    CHECK(max_relative_difference(unclipped.weights, a.weights) > 1e-3);
+    CHECK(eq::max_relative_difference(unclipped.weights, a.weights) > 1e-3);
   }
 }
 
@@ -281,7 +230,7 @@ TEST_CASE("ZeRO-1: each replica keeps its chunk of every slot", "[zero]") {
   // Whole assignment in cross-replica context lands in the chunks; a read gives it back.
   Tensor values = reshape(arange(0, double(kFeatures * kHidden)), kernel.shape());
   m->assign(values);
-  CHECK(bitwise_equal({m->value()}, {values}));
+  CHECK(eq::bitwise_equal({m->value()}, {values}));
   CHECK(sharded->chunk(1).to_vector<double>()[0] == double(kFeatures * kHidden / 3));
   // In replica context a replica sees its own chunk and cannot assign the slot.
   auto seen = strategy->run([&] {
@@ -307,17 +256,17 @@ TEST_CASE("ZeRO-1: checkpoints move between sharded and plain strategies and rep
     // The same training, sharded or not, writes the same tensors under the same names.
     const Result s1 = fit(*make(m2, true), which, 1, "", sharded2);
     const Result p1 = fit(*make(m2, false), which, 1, "", plain2);
-    REQUIRE(bitwise_equal(s1.weights, p1.weights));
+    REQUIRE(eq::bitwise_equal(s1.weights, p1.weights));
     const auto sharded_tensors = checkpoint_tensors(sharded2), plain_tensors = checkpoint_tensors(plain2);
-    CHECK(same_checkpoint_tensors(sharded_tensors, plain_tensors));
+    CHECK(same_tensors(sharded_tensors, plain_tensors));
     // Resuming across the two gives the uninterrupted run, bitwise, both ways.
     const Result whole = fit(*make(m2, false), which, 2);
     const Result sharded_to_plain = fit(*make(m2, false), which, 1, sharded2);
     const Result plain_to_sharded = fit(*make(m2, true), which, 1, plain2);
-    CHECK(bitwise_equal(sharded_to_plain.weights, whole.weights));
-    CHECK(bitwise_equal(sharded_to_plain.slots, whole.slots));
-    CHECK(bitwise_equal(plain_to_sharded.weights, whole.weights));
-    CHECK(bitwise_equal(plain_to_sharded.slots, whole.slots));
+    CHECK(eq::bitwise_equal(sharded_to_plain.weights, whole.weights));
+    CHECK(eq::bitwise_equal(sharded_to_plain.slots, whole.slots));
+    CHECK(eq::bitwise_equal(plain_to_sharded.weights, whole.weights));
+    CHECK(eq::bitwise_equal(plain_to_sharded.slots, whole.slots));
     // Other replica counts, sharded or not (and the default strategy): restoring then
     // saving again gives back exactly the tensors restored.
     for (const Case& c : cases()) {
@@ -325,15 +274,15 @@ TEST_CASE("ZeRO-1: checkpoints move between sharded and plain strategies and rep
         INFO(c.label << (shard ? " sharded" : " plain"));
         const std::string again = (dir.path / (tag + "-" + std::to_string(shard) + "-again")).string();
         fit(*make(c, shard), which, 0, sharded2, again);
-        CHECK(same_checkpoint_tensors(checkpoint_tensors(again), sharded_tensors));
+        CHECK(same_tensors(checkpoint_tensors(again), sharded_tensors));
       }
     }
     // Sharded over 3 replicas from a 2-replica checkpoint, trained on: as plain over 3.
     const Case m3{"mirrored(3)", "mirrored", {.replicas = 3}};
     const Result s3 = fit(*make(m3, true), which, 1, plain2);
     const Result p3 = fit(*make(m3, false), which, 1, sharded2);
-    CHECK(bitwise_equal(s3.weights, p3.weights));
-    CHECK(bitwise_equal(s3.slots, p3.slots));
+    CHECK(eq::bitwise_equal(s3.weights, p3.weights));
+    CHECK(eq::bitwise_equal(s3.slots, p3.slots));
   }
 }
 

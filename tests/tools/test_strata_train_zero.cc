@@ -3,15 +3,14 @@
 // half of the total (report keys shard_optimizer_state, optimizer_state_bytes_per_replica,
 // optimizer_state_bytes_total), its checkpoints resume unsharded runs and the other way
 // round (the same tensors and names), and the strategies that cannot shard refuse it.
-#include <cstring>
 #include <filesystem>
 #include <map>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include <strata/train/checkpoint_file.h>
 #include "tests/tools/strata_train_runner.h"
+#include "tests/train/checkpoint_compare.h"
 
 namespace {
 
@@ -39,20 +38,8 @@ nlohmann::json train(const fs::path& dir, int steps, bool shard, int replicas = 
   return nlohmann::json::parse(std::ifstream(report));
 }
 
-std::map<std::string, strata::Tensor> checkpoint_tensors(const nlohmann::json& report) {
-  return strata::train::load_tensors(report["checkpoint"].get<std::string>()).tensors;
-}
-
-bool same_tensors(const std::map<std::string, strata::Tensor>& a, const std::map<std::string, strata::Tensor>& b) {
-  if (a.size() != b.size()) return false;
-  for (const auto& [name, t] : a) {
-    auto it = b.find(name);
-    if (it == b.end() || it->second.shape() != t.shape() || it->second.dtype() != t.dtype() ||
-        std::memcmp(it->second.raw_data(), t.raw_data(), t.nbytes()) != 0)
-      return false;
-  }
-  return true;
-}
+using strata::testing::reported_checkpoint_tensors;
+using strata::testing::same_tensors;
 
 }  // namespace
 
@@ -66,7 +53,7 @@ TEST_CASE("strata-train --shard-optimizer-state: same losses, half the state per
   // Bitwise the same training: the printed losses are equal to the last digit.
   CHECK(plain["final_train_loss"] == sharded["final_train_loss"]);
   CHECK(plain["eval_loss"] == sharded["eval_loss"]);
-  CHECK(same_tensors(checkpoint_tensors(plain), checkpoint_tensors(sharded)));
+  CHECK(same_tensors(reported_checkpoint_tensors(plain), reported_checkpoint_tensors(sharded)));
   // Adam's m and v for the MLP, one whole copy: the same either way.
   const int64_t total = plain["optimizer_state_bytes_total"];
   CHECK(total > 0);
@@ -89,8 +76,8 @@ TEST_CASE("strata-train --shard-optimizer-state: checkpoints resume across shard
   const nlohmann::json b20 = train(b, 20, true);
   CHECK(a20["eval_loss"] == reference["eval_loss"]);
   CHECK(b20["eval_loss"] == reference["eval_loss"]);
-  CHECK(same_tensors(checkpoint_tensors(a20), checkpoint_tensors(reference)));
-  CHECK(same_tensors(checkpoint_tensors(b20), checkpoint_tensors(reference)));
+  CHECK(same_tensors(reported_checkpoint_tensors(a20), reported_checkpoint_tensors(reference)));
+  CHECK(same_tensors(reported_checkpoint_tensors(b20), reported_checkpoint_tensors(reference)));
   // A sharded 2-replica checkpoint resumed sharded over 4 replicas trains on (state whole).
   const nlohmann::json four = train(a, 30, true, 4);
   CHECK(four["steps"] == 30);
