@@ -51,10 +51,12 @@ done
 
 echo "== across processes, 2 workers ==" >&2
 "$bin/strata-bench" collectives $quick --json "$out/strata-collectives.json" > /dev/null
-# strata-train's MLP (784-256-256-10) with SGD, 64 examples per worker, one thread each.
+# strata-train's MLP (784-256-256-10) with SGD, 64 examples per worker, one thread each;
+# its steady_examples_per_sec (the median of its 50-step loops) is compared with DDP's
+# median of 50-step repetitions.
 steps=$([ -n "$quick" ] && echo 40 || echo 600)
 STRATA_NUM_THREADS=1 "$bin/strata-launch" --workers 2 -- "$bin/strata-train" --model mlp --strategy multi_worker \
-  --global-batch 128 --steps "$steps" --steps-per-loop "$((steps / 4))" --eval-steps 1 --optimizer sgd \
+  --global-batch 128 --steps "$steps" --steps-per-loop "$([ -n "$quick" ] && echo 10 || echo 50)" --eval-steps 1 --optimizer sgd \
   --learning-rate 0.01 --quiet --report "$out/strata-multi-worker.json" > /dev/null 2>&1
 if [ -n "$torch_python" ]; then
   "$torch_python" bench/compare/torch_ddp_mlp.py --hidden 256 $quick > "$out/torch-ddp.json"
