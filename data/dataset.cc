@@ -68,8 +68,9 @@ uint64_t mix_keys(uint64_t a, uint64_t b) {
   return z ^ (z >> 31);
 }
 
-std::vector<int64_t> save_words(const IteratorBase& it) {
+std::vector<int64_t> save_words(const IteratorBase& it, size_t reserve) {
   std::vector<int64_t> words;
+  words.reserve(reserve);
   StateWriter w(words);
   it.save(w);
   return words;
@@ -102,7 +103,7 @@ bool AnchorClock::produced(double produce_ns) {
 void AnchorClock::captured(double save_ns) {
   save_ema_ = save_ema_ == 0.0 ? save_ns : 0.9 * save_ema_ + 0.1 * save_ns;
   since_capture_ = 0;
-  const double budget = 0.05 * std::max(produce_ema_, 1.0);
+  const double budget = kBudget * std::max(produce_ema_, 1.0);
   interval_ = std::clamp<int64_t>(int64_t(std::ceil(save_ema_ / budget)), 1, kMaxInterval);
 }
 

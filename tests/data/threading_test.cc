@@ -1,11 +1,15 @@
-// Background threads: prompt shutdown, and exceptions surfacing at the consumer.
+// Background threads: prompt shutdown, parked threads serving many iterators, and
+// exceptions surfacing at the consumer.
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <stdexcept>
 #include <thread>
 
 #include <strata/core/ops.h>
 #include <strata/data/dataset.h>
+#include <strata/data/parked_threads.h>
 #include "tests/data/data_test_util.h"
 
 using namespace strata;
@@ -153,4 +157,58 @@ TEST_CASE("many short-lived threaded iterators (run under ThreadSanitizer in CI)
       CHECK(std::vector<int64_t>(full.begin() + int64_t(part.size()), full.end()) == rest);
     }
   }
+}
+
+TEST_CASE("parked threads run every task at once, whether they start or reuse a thread", "[data][threads]") {
+  // Each wave's tasks wait for one another: were two tasks ever given to one thread (an
+  // idle thread claimed twice), the wave could not complete.
+  for (int wave = 0; wave < 3; ++wave) {
+    INFO("wave " << wave);
+    const int n = 6 + 2 * wave;  // more than the threads parked by the previous wave
+    struct Meeting {             // shared: outlives this scope if a task is late
+      std::mutex mu;
+      std::condition_variable cv;
+      int started = 0, finished = 0;
+      bool all_met = true;
+    };
+    auto m = std::make_shared<Meeting>();
+    for (int i = 0; i < n; ++i) {
+      data::detail::run_on_parked_thread([m, n] {
+        std::unique_lock lk(m->mu);
+        ++m->started;
+        m->cv.notify_all();
+        if (!m->cv.wait_for(lk, std::chrono::seconds(20), [&] { return m->started == n; })) m->all_met = false;
+        ++m->finished;
+        m->cv.notify_all();
+      });
+    }
+    std::unique_lock lk(m->mu);
+    REQUIRE(m->cv.wait_for(lk, std::chrono::seconds(30), [&] { return m->finished == n; }));
+    CHECK(m->all_met);
+  }
+}
+
+TEST_CASE("prefetching iterators back to back and side by side deliver every element", "[data][threads]") {
+  auto ds = Dataset::range(200).shuffle(50, 3).batch(7).prefetch(2);
+  auto first = ds.make_iterator(0);
+  const auto expected = testing::drain(first);
+  // Back to back: each epoch's producer is a parked thread the previous epoch left.
+  for (int epoch = 0; epoch < 20; ++epoch) {
+    auto it = ds.make_iterator(0);
+    CHECK(testing::drain(it) == expected);
+  }
+  // Side by side, consumed in turns: each iterator has its own producer.
+  std::vector<data::Iterator> its;
+  for (int i = 0; i < 5; ++i) its.push_back(ds.make_iterator(0));
+  std::vector<std::vector<std::string>> got(its.size());
+  for (bool any = true; any;) {
+    any = false;
+    for (size_t i = 0; i < its.size(); ++i) {
+      if (auto e = its[i].next()) {
+        got[i].push_back(testing::element_str(*e));
+        any = true;
+      }
+    }
+  }
+  for (const auto& g : got) CHECK(g == expected);
 }
