@@ -11,6 +11,7 @@
 #include <nccl.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -209,6 +210,14 @@ class NcclCommunicator final : public Communicator {
         prefix_(std::move(prefix)) {}
 
   ~NcclCommunicator() override {
+    if (watchdog_.joinable()) {
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        stop_watchdog_ = true;
+      }
+      watchdog_cv_.notify_all();
+      watchdog_.join();
+    }
     CudaDeviceScope on(device_.index);
     if (event_) cudaEventDestroy(event_);
     bool pending = false;
@@ -230,9 +239,13 @@ class NcclCommunicator final : public Communicator {
   int size() const override { return size_; }
   std::string backend() const override { return "nccl"; }
   Device buffer_device() const override { return device_; }
-  bool broken() const { return !broken_.empty(); }
+  bool broken() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return !broken_.empty();
+  }
 
   void all_reduce(const Tensor& buffer, ReduceOp op) override {
+    std::lock_guard<std::mutex> lock(mutex_);
     check_tensor(buffer, "all_reduce", "buffer");
     check_reducible(buffer, "all_reduce", op);
     const bool mean_of_ints = op == ReduceOp::Mean && !is_floating(buffer.dtype());
@@ -247,10 +260,13 @@ class NcclCommunicator final : public Communicator {
   // The all-reduce on this GPU's communication stream (see the header): ordered after the
   // caller's current stream, enqueued, and returned at once.
   std::shared_ptr<CommWork> all_reduce_async(const Tensor& buffer, ReduceOp op) override {
+    // The mean of integers divides after the sum: the synchronous path keeps that simple.
+    if (op == ReduceOp::Mean && buffer.defined() && !is_floating(buffer.dtype())) {
+      return Communicator::all_reduce_async(buffer, op);
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
     check_tensor(buffer, "all_reduce", "buffer");
     check_reducible(buffer, "all_reduce", op);
-    // The mean of integers divides after the sum: the synchronous path keeps that simple.
-    if (op == ReduceOp::Mean && !is_floating(buffer.dtype())) return Communicator::all_reduce_async(buffer, op);
     const ncclRedOp_t rop = nccl_op(op, buffer.dtype());
     const std::string what = nccl_describe("all_reduce_async", buffer, reduce_op_name(op));
     // Earlier asynchronous collectives that failed or ran out of time fail this call.
@@ -279,12 +295,14 @@ class NcclCommunicator final : public Communicator {
     if (e != cudaSuccess) fail(what, std::string("cudaEventRecord failed: ") + cudaGetErrorString(e));
     const uint64_t key = ++async_calls_;
     in_flight_.push_back(InFlight{key, my_call, calls_, deadline, what, event});
+    if (!watchdog_.joinable()) watchdog_ = std::thread([this] { watchdog_loop(); });
     return std::make_shared<NcclStreamWork>(what, this, alive_, std::move(event), key);
   }
 
   // Blocks until the asynchronous collectives up to `key` have finished on the GPU, with
   // the synchronous path's watchdog (NcclStreamWork::synchronize).
   void complete_through(uint64_t key) {
+    std::lock_guard<std::mutex> lock(mutex_);
     while (!in_flight_.empty() && in_flight_.front().key <= key) {
       check_usable(in_flight_.front().what.c_str());
       const InFlight f = in_flight_.front();
@@ -296,6 +314,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   void broadcast(const Tensor& buffer, int root) override {
+    std::lock_guard<std::mutex> lock(mutex_);
     check_tensor(buffer, "broadcast", "buffer");
     STRATA_CHECK(root >= 0 && root < size_, "nccl broadcast: root ", root, " is out of range for ", size_, " ranks");
     run(nccl_describe("broadcast", buffer, "root " + std::to_string(root)), [&](cudaStream_t s) {
@@ -305,6 +324,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   void all_gather(const Tensor& input, const Tensor& output) override {
+    std::lock_guard<std::mutex> lock(mutex_);
     check_tensor(input, "all_gather", "input");
     check_tensor(output, "all_gather", "output");
     STRATA_CHECK(input.dtype() == output.dtype(), "nccl all_gather: input dtype ", input.dtype(),
@@ -320,6 +340,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   void reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op) override {
+    std::lock_guard<std::mutex> lock(mutex_);
     check_tensor(input, "reduce_scatter", "input");
     check_tensor(output, "reduce_scatter", "output");
     check_reducible(input, "reduce_scatter", op);
@@ -339,6 +360,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   void barrier() override {
+    std::lock_guard<std::mutex> lock(mutex_);
     if (!barrier_buffer_.defined()) {
       DeviceGuard on(device_);
       barrier_buffer_ = zeros({1}, kFloat32, device_);
@@ -352,6 +374,14 @@ class NcclCommunicator final : public Communicator {
   // Aborts the NCCL communicator (releasing its kernels) and makes every later call fail
   // with `why`. Idempotent.
   void abort_with(const std::string& why) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    abort_locked(why);
+  }
+
+ private:
+  // Every member below runs with mutex_ held: the calling thread's collectives and the
+  // watchdog thread's checks of asynchronous ones never overlap.
+  void abort_locked(const std::string& why) {
     if (broken_.empty()) broken_ = why;
     if (comm_) {
       CudaDeviceScope on(device_.index);
@@ -360,7 +390,36 @@ class NcclCommunicator final : public Communicator {
     }
   }
 
- private:
+  // The watchdog of asynchronous collectives (started by the first all_reduce_async), as
+  // PyTorch's ProcessGroupNCCL has: while one is in flight it checks, every few
+  // milliseconds, what a synchronous call checks while it waits. On a failure it aborts
+  // the communicator, which ends the GPU kernels waiting for a lost peer, so that a host
+  // read of a result ordered after the collective (a loss scale's finite check) returns
+  // instead of hanging; the failure, naming the rank, is raised by the next call on the
+  // communicator or the work's synchronize(). It sleeps while the calling thread is
+  // inside a call (which watches by itself).
+  void watchdog_loop() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!stop_watchdog_) {
+      watchdog_cv_.wait_for(lock, std::chrono::milliseconds(in_flight_.empty() ? 50 : 5));
+      if (stop_watchdog_ || in_flight_.empty() || !broken_.empty()) continue;
+      CudaDeviceScope on(device_.index);
+      while (!in_flight_.empty() && cudaEventQuery(in_flight_.front().event->event) == cudaSuccess) {
+        in_flight_.pop_front();
+      }
+      if (in_flight_.empty()) continue;
+      const InFlight& f = in_flight_.front();
+      std::string cause;
+      const cudaError_t e = cudaEventQuery(f.event->event);
+      if (e != cudaErrorNotReady) {
+        cause = std::string("the GPU reported an error: ") + cudaGetErrorString(e);
+      } else {
+        cause = watch_cause(f.deadline, f.my_call);
+      }
+      if (!cause.empty()) record_failure(f.what, cause + " (found by the watchdog)", f.number);
+    }
+  }
+
   void check_usable(const char* op) const {
     STRATA_CHECK(broken_.empty(), "nccl ", op, ": rank ", rank_, " of ", size_, " (", device_,
                  "): the communicator is unusable after an earlier failure: ", broken_);
@@ -481,7 +540,7 @@ class NcclCommunicator final : public Communicator {
   // Forgets the asynchronous collectives that finished; one that failed or ran past its
   // deadline fails now (no waiting).
   void poll_in_flight() {
-    if (in_flight_.empty()) return;
+    if (in_flight_.empty() || !broken_.empty()) return;  // a broken one fails in begin_call
     CudaDeviceScope on(device_.index);
     while (!in_flight_.empty()) {
       const InFlight& f = in_flight_.front();
@@ -509,9 +568,15 @@ class NcclCommunicator final : public Communicator {
   // One watchdog check while a call is in flight: NCCL's asynchronous error (a peer
   // process died, a network failure), a failed or finished local peer, the deadline.
   void watch(const std::string& what, NcclClock::time_point deadline, uint64_t my_call, uint64_t number = 0) {
+    const std::string cause = watch_cause(deadline, my_call);
+    if (!cause.empty()) fail(what, cause, number);
+  }
+
+  // What watch() would fail with ("" while all is well).
+  std::string watch_cause(NcclClock::time_point deadline, uint64_t my_call) {
     ncclResult_t state = ncclSuccess;
     if (ncclCommGetAsyncError(comm_, &state) == ncclSuccess && state != ncclSuccess && state != ncclInProgress) {
-      fail(what, "NCCL reported an error: " + nccl_message(state, comm_) + peers_status(my_call), number);
+      return "NCCL reported an error: " + nccl_message(state, comm_) + peers_status(my_call);
     }
     if (local_) {
       std::string cause;
@@ -526,13 +591,14 @@ class NcclCommunicator final : public Communicator {
           }
         }
       }
-      if (!cause.empty()) fail(what, cause, number);  // fail() takes the lock itself
+      if (!cause.empty()) return cause;
     }
     if (NcclClock::now() >= deadline) {
       std::ostringstream os;
       os << "timed out after " << timeout_ << " s" << peers_status(my_call);
-      fail(what, os.str(), number);
+      return os.str();
     }
+    return "";
   }
 
   // Which peers are missing, for messages: in a local group the ranks that have not
@@ -562,17 +628,22 @@ class NcclCommunicator final : public Communicator {
 
   // `number`: the collective's number on this communicator (0: the latest issued).
   [[noreturn]] void fail(const std::string& what, const std::string& cause, uint64_t number = 0) {
+    throw Error(record_failure(what, cause, number));
+  }
+
+  // Aborts with the message fail() raises, which it returns.
+  std::string record_failure(const std::string& what, const std::string& cause, uint64_t number) {
     std::ostringstream os;
     os << "nccl " << what << " failed on rank " << rank_ << " of " << size_ << " (" << device_ << ", collective #"
        << (number ? number : calls_) << "): " << cause;
     const std::string message = os.str();
-    abort_with(message);
+    abort_locked(message);
     if (local_) {
       // The other ranks of the group stop waiting for this one.
       std::lock_guard<std::mutex> lock(local_->mutex);
       if (!local_->aborted) local_->aborted = message;
     }
-    throw Error(message);
+    return message;
   }
 
   ncclComm_t comm_;
@@ -597,6 +668,10 @@ class NcclCommunicator final : public Communicator {
   };
   std::deque<InFlight> in_flight_;
   uint64_t async_calls_ = 0;
+  mutable std::mutex mutex_;  // see abort_locked()
+  std::thread watchdog_;
+  std::condition_variable watchdog_cv_;
+  bool stop_watchdog_ = false;
   // Expires with the communicator: its works then stop calling it.
   std::shared_ptr<void> alive_ = std::make_shared<int>(0);
 };

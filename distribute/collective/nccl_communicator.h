@@ -33,9 +33,12 @@
 // that is already complete in wait()'s sense ("enqueued and ordered"). Its
 // order_consumer(stream) makes a consumer stream wait for the result (an event recorded
 // after the collective); its synchronize() blocks the host until the GPU finished it,
-// under the same watchdog and deadline as a synchronous call. A collective still running
-// is also checked, without waiting, by every later call on the communicator, so a dead
-// peer fails the next call at the latest, naming the rank. The owner of the works must
+// under the same watchdog and deadline as a synchronous call. While one is in flight a
+// watchdog thread of the communicator (PyTorch's ProcessGroupNCCL has one) makes the same
+// checks every few milliseconds and on a failure aborts the communicator, which ends the
+// GPU kernels waiting for a lost peer: a host read of a result ordered after the
+// collective returns instead of hanging, and the failure, naming the rank, is raised by
+// the next call on the communicator or by the work's synchronize(). The owner of the works must
 // synchronize them before the communicator is destroyed or its group rebuilt (the
 // gradient reducer does at the end of each step); one left running makes the destructor
 // abort the NCCL communicator rather than wait for it.
