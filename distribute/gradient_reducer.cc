@@ -1,6 +1,9 @@
 #include <strata/distribute/gradient_reducer.h>
 
+#include <optional>
+
 #include <strata/autograd/tape.h>
+#include <strata/core/stream.h>
 #include <strata/core/ops.h>
 #include <strata/distribute/collective/in_process.h>
 
@@ -29,6 +32,13 @@ GradientReducer::GradientReducer(Transport transport, Options options)
   STRATA_CHECK(options_.bytes_per_pack >= 0, "GradientReducer: bytes_per_pack must be >= 0, got ",
                options_.bytes_per_pack);
   if (options_.asynchronous) thread_ = std::make_unique<CommThread>();
+}
+
+GradientReducer::GradientReducer(StreamTransport transport, Options options)
+    : stream_transport_(std::move(transport)), options_(options) {
+  STRATA_CHECK(options_.bytes_per_pack >= 0, "GradientReducer: bytes_per_pack must be >= 0, got ",
+               options_.bytes_per_pack);
+  STRATA_CHECK(bool(stream_transport_.launch), "GradientReducer: the stream transport has no launch function");
 }
 
 GradientReducer::~GradientReducer() = default;  // the thread finishes its (bounded) queue
@@ -72,13 +82,25 @@ void GradientReducer::launch(DType dtype) {
     slots_[g.id()] = {index, offset};
     offset += g.numel();
   }
-  // The transport fills the buffer: no packing here, on the thread running backward.
+  // The transport fills the buffer: no packing here, on the thread running backward
+  // (a stream transport excepted: its packing kernels are only enqueued, below).
   bucket.buffer = Tensor::empty({offset}, dtype, bucket.gradients[0].device());
   std::string what = "gradient bucket " + std::to_string(index) + " (" + dtype_name(dtype) + "[" +
                      std::to_string(offset) + "]:";
   for (size_t k = 0; k < bucket.names.size(); ++k) what += (k ? ", " : " ") + bucket.names[k];
   what += ")";
-  if (thread_) {
+  if (stream_transport_.launch) {
+    // On this thread: the packing kernels go on the current stream, the collective (on the
+    // communication stream) is ordered after them by the transport, and runs while
+    // backward goes on.
+    try {
+      pack_into(bucket.gradients, bucket.buffer);
+      bucket.work = stream_transport_.launch(bucket.buffer, what);
+      STRATA_CHECK(bucket.work != nullptr, "GradientReducer: the stream transport returned no work for ", what);
+    } catch (...) {
+      bucket.work = CommWork::completed(what, std::current_exception());
+    }
+  } else if (thread_) {
     bucket.work = thread_->submit(
         what, [transport = &transport_, gradients = bucket.gradients, buffer = bucket.buffer, what] {
           autograd::StopRecording no_tape;
@@ -101,11 +123,17 @@ void GradientReducer::wait(Bucket& bucket) { bucket.work->wait(options_.wait_tim
 void GradientReducer::wait_all() {
   if (waited_ == launched_.size()) return;
   // Waiting, the replica gives its core up: with more replicas than cores, the replicas
-  // still in backward need it to produce the gradients these buckets wait for.
-  ComputeSlot::Yield yield;
+  // still in backward need it to produce the gradients these buckets wait for. Stream
+  // works were complete (enqueued) at launch: nothing to wait for on the host.
+  std::optional<ComputeSlot::Yield> yield;
+  if (!stream_transport_.launch) yield.emplace();
   // In launch order: each wait then covers one collective's time.
   while (waited_ < launched_.size()) {
-    wait(launched_[waited_]);
+    Bucket& bucket = launched_[waited_];
+    wait(bucket);
+    // Work this thread enqueues from now on (the optimizer's) reads the sums after the
+    // collective wrote them; a no-op for host transports, whose sums are in memory.
+    bucket.work->order_consumer(current_stream(bucket.buffer.device()));
     ++waited_;
   }
 }
@@ -136,6 +164,17 @@ void GradientReducer::end_step(bool failed) {
       wait(launched_[waited_]);
     } catch (...) {
       if (!first && launched_[waited_].taken) first = std::current_exception();
+    }
+  }
+  if (stream_transport_.launch) {
+    // Enqueued is not finished: the step ends once the GPU finished its buckets (bounded
+    // by the communicator's watchdog; after a failure the abort releases them).
+    for (Bucket& bucket : launched_) {
+      try {
+        bucket.work->synchronize(options_.wait_timeout_seconds);
+      } catch (...) {
+        if (!first && bucket.taken) first = std::current_exception();
+      }
     }
   }
   launched_.clear();

@@ -22,6 +22,16 @@
 // variables got gradients fail with an error naming both buckets. Variables without a
 // gradient on every replica are simply left out (DDP's find_unused_parameters).
 //
+// GPU buckets over NCCL (a StreamTransport) take no communication thread: each bucket's
+// all-reduce is launched from the replica thread onto the GPU's communication stream,
+// ordered after the compute stream that produced it (Communicator::all_reduce_async), and
+// backward goes on enqueueing on the compute stream meanwhile. take() and wait_all() then
+// make the replica's current stream wait for the buckets' events instead of blocking the
+// host (CommWork::order_consumer), so the optimizer's kernels run after the sums;
+// end_step() blocks, bounded by the communicator's watchdog, until the step's buckets
+// finished on the GPU (CommWork::synchronize), so that a dead peer fails the step naming
+// it and nothing of a step is left running into the next.
+//
 // Summation is elementwise over replicas in rank order whatever the bucket layout (see
 // fold_reduce), so results are bitwise equal to the unbucketed reduction in-process; a
 // ring across workers sums bitwise equal for two workers.
@@ -53,9 +63,20 @@ class GradientReducer final : public autograd::GradientReadyHook {
   using Transport =
       std::function<void(const std::vector<Tensor>& gradients, const Tensor& bucket, const std::string& what)>;
 
+  // Starts summing `bucket` (this replica's gradients, packed by the reducer on the
+  // calling thread's current stream) in place over every replica and returns its work at
+  // once, without a communication thread: NCCL's all_reduce_async on the GPU's
+  // communication stream. Called on the replica thread, in launch order (the same on
+  // every replica).
+  struct StreamTransport {
+    std::function<std::shared_ptr<CommWork>(const Tensor& bucket, const std::string& what)> launch;
+  };
+
   struct Options {
     int64_t bytes_per_pack = 0;  // 0: 256 KiB for the first bucket of a step, then 25 MiB
-    bool asynchronous = true;    // launch on a communication thread (false: inline, at launch)
+    // Launch on a communication thread (false: inline, at launch). Not used with a
+    // StreamTransport, whose collectives are asynchronous by themselves.
+    bool asynchronous = true;
     double wait_timeout_seconds = 300.0;  // bound of each wait for one bucket
   };
 
@@ -63,6 +84,7 @@ class GradientReducer final : public autograd::GradientReadyHook {
   static constexpr int64_t kBucketBytes = int64_t(25) << 20;
 
   GradientReducer(Transport transport, Options options);
+  GradientReducer(StreamTransport transport, Options options);
   ~GradientReducer() override;
   GradientReducer(const GradientReducer&) = delete;
   GradientReducer& operator=(const GradientReducer&) = delete;
@@ -71,12 +93,17 @@ class GradientReducer final : public autograd::GradientReadyHook {
   void backward_done() override;
 
   // For each gradient the reducer holds (the very tensor backward reported), its sum over
-  // the replicas, after waiting for its bucket; undefined for the others.
+  // the replicas, after waiting for its bucket; undefined for the others. With a
+  // StreamTransport the sums are views whose values exist for work on the calling
+  // thread's current stream (ordered after the buckets), as every GPU result does.
   std::vector<Tensor> take(const std::vector<Tensor>& gradients);
   // Waits for every launched bucket (before the replica issues any other collective, so
-  // that its collectives stay in the same order on every replica). Rethrows a failure.
+  // that its collectives stay in the same order on every replica) and orders the calling
+  // thread's current stream of each bucket's device after it; with a StreamTransport
+  // that is all (the host does not wait). Rethrows a failure.
   void wait_all();
-  // End of a step: waits for what is in flight and forgets everything. Rethrows the
+  // End of a step: waits for what is in flight (with a StreamTransport, until the GPU
+  // finished it) and forgets everything. Rethrows the
   // failure of a bucket whose sums take() handed out; a bucket never taken changed
   // nothing, so its failure is dropped. With `failed` (the step threw; the strategy has aborted the transport) every error
   // is dropped.
@@ -109,6 +136,7 @@ class GradientReducer final : public autograd::GradientReadyHook {
   void wait(Bucket& bucket);
 
   Transport transport_;
+  StreamTransport stream_transport_;  // set instead of transport_ for GPU buckets over NCCL
   Options options_;
   std::map<DType, Bucket> open_;
   std::deque<Bucket> launched_;

@@ -131,12 +131,23 @@ GradientReducer* LocalReplicaContext::gradient_hook() {
   if (!reducer_) {
     GradientReducer::Options o;
     o.bytes_per_pack = options.bytes_per_pack;
-    // The communication thread serves CPU replicas. NCCL (stream-ordered: its host call
-    // returns once queued) and GPU replicas reducing in device memory launch each bucket
-    // inline, from the replica thread, keeping its device stream order.
-    o.asynchronous = device_.is_cpu() && strategy_.local_collectives() == nullptr;
     // One bucket's collective: the local wait, plus the cross-worker one.
     o.wait_timeout_seconds = gradient_comm_.group().timeout_seconds() + options.timeout_seconds + 10.0;
+    if (stream_gradient_communicator()) {
+      // NCCL sums this GPU's buckets by itself, on the GPU's communication stream: no
+      // communication thread. Looked up at each launch (a local group is rebuilt after a
+      // failed round).
+      reducer_ = std::make_unique<GradientReducer>(
+          GradientReducer::StreamTransport{[this](const Tensor& bucket, const std::string&) {
+            return stream_gradient_communicator()->all_reduce_async(bucket, ReduceOp::Sum);
+          }},
+          o);
+      return reducer_.get();
+    }
+    // The communication thread serves CPU replicas. GPU replicas reducing in device
+    // memory (logical GPUs, or hierarchically before NCCL or Gloo across workers) launch
+    // each bucket inline, from the replica thread, keeping its device stream order.
+    o.asynchronous = device_.is_cpu() && strategy_.local_collectives() == nullptr;
     // The communication thread folds with the replica thread's share of the cores (one
     // on a machine with as many cores as replicas), not the whole intra-op pool, which
     // the replicas computing backward are using.
@@ -155,6 +166,16 @@ GradientReducer* LocalReplicaContext::gradient_hook() {
         o);
   }
   return reducer_.get();
+}
+
+Communicator* LocalReplicaContext::stream_gradient_communicator() const {
+  if (device_.is_cpu()) return nullptr;
+  if (Communicator* workers = strategy_.worker_communicator()) {
+    // Across workers: directly only when nothing is to be combined locally first.
+    return strategy_.num_local_replicas() == 1 && workers->buffer_device() == device_ ? workers : nullptr;
+  }
+  if (LocalCollectiveGroup* nccl = strategy_.local_collectives()) return &nccl->communicator(local_index());
+  return nullptr;
 }
 
 void LocalReplicaContext::end_step(bool failed) {

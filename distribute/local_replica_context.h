@@ -55,6 +55,12 @@ class LocalReplicaContext final : public ReplicaContext {
   // Sums `buffer` in place over every replica of every worker: through the local group,
   // then (several workers) across workers from the first local replica.
   void reduce_buffer(InProcessCommunicator& comm, const Tensor& buffer, ReduceOp op, const std::string& what);
+  // The communicator that sums this replica's gradient buckets alone, in its GPU's memory
+  // and on its streams (NCCL): this GPU's rank of the local NCCL group (NcclAllReduce over
+  // distinct GPUs), or the worker communicator when it is this GPU's and the worker runs
+  // one replica (multi_worker over NCCL). nullptr otherwise (CPU replicas, logical GPUs,
+  // Gloo, several local replicas per worker): buckets then go through reduce_buffer.
+  Communicator* stream_gradient_communicator() const;
   // Before any other collective: the gradient buckets in flight complete first, so the
   // transports see every replica's calls in the same order.
   void drain_gradients() {

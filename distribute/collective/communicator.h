@@ -55,7 +55,9 @@ class Communicator {
   // work's wait() returned. Async calls and the synchronous ones are still issued in the
   // same order on every rank. This default runs the collective now, on the caller's
   // thread, and returns a completed work (its failure is rethrown by wait()); a backend
-  // with a communication thread or stream overrides it.
+  // with a communication thread or stream overrides it. NCCL's runs on a communication
+  // stream: its work completes once enqueued, and a consumer orders its stream after the
+  // result with CommWork::order_consumer (comm_work.h, nccl_communicator.h).
   virtual std::shared_ptr<CommWork> all_reduce_async(const Tensor& buffer, ReduceOp op) {
     std::exception_ptr error;
     try {

@@ -11,7 +11,10 @@
 #include <nccl.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <sstream>
@@ -142,6 +145,57 @@ struct NcclLocalState {
   std::optional<std::string> aborted;
 };
 
+// The communication stream of one GPU, shared by every NCCL communicator of the process on
+// it: created once, on first use, through the stream backend (core/stream.h), so that
+// collectives launched asynchronously overlap the compute stream's work.
+Stream communication_stream(Device device) {
+  static std::mutex mutex;
+  static std::map<int, Stream> streams;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = streams.find(device.index);
+  if (it == streams.end()) it = streams.emplace(device.index, create_stream(device)).first;
+  return it->second;
+}
+
+// A CUDA event recorded after one asynchronous collective on the communication stream,
+// shared by its work (which orders consumers after it) and the communicator's in-flight
+// list (which polls it). Destroying a pending event is allowed: CUDA releases it later.
+struct NcclEvent {
+  NcclEvent(int device_index, cudaEvent_t e) : device(device_index), event(e) {}
+  ~NcclEvent() {
+    CudaDeviceScope on(device);
+    cudaEventDestroy(event);
+  }
+  NcclEvent(const NcclEvent&) = delete;
+  NcclEvent& operator=(const NcclEvent&) = delete;
+  const int device;
+  const cudaEvent_t event;
+};
+
+class NcclCommunicator;
+
+// The work of NcclCommunicator::all_reduce_async: completed (for wait()) once enqueued on
+// the communication stream after the caller's stream; order_consumer() and synchronize()
+// as comm_work.h says. It refers to its communicator, which must outlive its use (the
+// gradient reducer ends every step's works before the strategy rebuilds a group); past
+// the communicator's life only the event is left to answer.
+class NcclStreamWork final : public CommWork {
+ public:
+  NcclStreamWork(std::string what, NcclCommunicator* comm, std::weak_ptr<void> alive,
+                 std::shared_ptr<NcclEvent> event, uint64_t call)
+      : CommWork(std::move(what)), comm_(comm), alive_(std::move(alive)), event_(std::move(event)), call_(call) {
+    finish();
+  }
+  void order_consumer(const Stream& consumer) const override;
+  void synchronize(double timeout_seconds) const override;
+
+ private:
+  NcclCommunicator* comm_;
+  std::weak_ptr<void> alive_;
+  std::shared_ptr<NcclEvent> event_;
+  uint64_t call_;  // the communicator's in-flight key
+};
+
 class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(ncclComm_t comm, int rank, int size, Device device, double timeout_seconds,
@@ -156,12 +210,28 @@ class NcclCommunicator final : public Communicator {
         prefix_(std::move(prefix)) {}
 
   ~NcclCommunicator() override {
+    if (watchdog_.joinable()) {
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        stop_watchdog_ = true;
+      }
+      watchdog_cv_.notify_all();
+      watchdog_.join();
+    }
     CudaDeviceScope on(device_.index);
     if (event_) cudaEventDestroy(event_);
+    bool pending = false;
+    for (const InFlight& f : in_flight_) pending = pending || cudaEventQuery(f.event->event) == cudaErrorNotReady;
     if (comm_) {
-      // A healthy communicator is destroyed (flushing nothing: every call waited for its
-      // work); a broken one was aborted already.
-      ncclCommDestroy(comm_);
+      // A healthy communicator is destroyed (flushing nothing: every synchronous call
+      // waited for its work, and so did the owners of asynchronous ones); one with an
+      // asynchronous collective still running is aborted, as ncclCommDestroy would wait
+      // for it unboundedly; a broken one was aborted already.
+      if (pending) {
+        ncclCommAbort(comm_);
+      } else {
+        ncclCommDestroy(comm_);
+      }
     }
   }
 
@@ -169,9 +239,13 @@ class NcclCommunicator final : public Communicator {
   int size() const override { return size_; }
   std::string backend() const override { return "nccl"; }
   Device buffer_device() const override { return device_; }
-  bool broken() const { return !broken_.empty(); }
+  bool broken() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return !broken_.empty();
+  }
 
   void all_reduce(const Tensor& buffer, ReduceOp op) override {
+    std::lock_guard<std::mutex> lock(mutex_);
     check_tensor(buffer, "all_reduce", "buffer");
     check_reducible(buffer, "all_reduce", op);
     const bool mean_of_ints = op == ReduceOp::Mean && !is_floating(buffer.dtype());
@@ -183,7 +257,64 @@ class NcclCommunicator final : public Communicator {
     if (mean_of_ints) divide_ints(buffer);
   }
 
+  // The all-reduce on this GPU's communication stream (see the header): ordered after the
+  // caller's current stream, enqueued, and returned at once.
+  std::shared_ptr<CommWork> all_reduce_async(const Tensor& buffer, ReduceOp op) override {
+    // The mean of integers divides after the sum: the synchronous path keeps that simple.
+    if (op == ReduceOp::Mean && buffer.defined() && !is_floating(buffer.dtype())) {
+      return Communicator::all_reduce_async(buffer, op);
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    check_tensor(buffer, "all_reduce", "buffer");
+    check_reducible(buffer, "all_reduce", op);
+    const ncclRedOp_t rop = nccl_op(op, buffer.dtype());
+    const std::string what = nccl_describe("all_reduce_async", buffer, reduce_op_name(op));
+    // Earlier asynchronous collectives that failed or ran out of time fail this call.
+    poll_in_flight();
+    const uint64_t my_call = begin_call(what);
+    const auto deadline = nccl_deadline_after(timeout_);
+    CudaDeviceScope on(device_.index);
+    const Stream comm_stream = communication_stream(device_);
+    // The buffer was written on the caller's stream: the collective runs after that work,
+    // and the allocator keeps the buffer's block until the collective finished with it.
+    stream_wait(comm_stream, current_stream(device_));
+    if (buffer.storage()) buffer.storage()->record_stream(comm_stream);
+    enqueue(what, static_cast<cudaStream_t>(comm_stream.native_handle()), [&](cudaStream_t s) {
+      return ncclAllReduce(buffer.raw_data(), buffer.raw_data(), size_t(buffer.numel()), nccl_dtype(buffer.dtype()),
+                           rop, comm_, s);
+    });
+    if (!enqueued_now(what)) {
+      ComputeSlot::Yield yield;  // as in run(): the peer it waits for may need the slot
+      wait_until_ready(what, deadline, my_call);
+    }
+    cudaEvent_t raw = nullptr;
+    cudaError_t e = cudaEventCreateWithFlags(&raw, cudaEventDisableTiming);
+    if (e != cudaSuccess) fail(what, std::string("cudaEventCreate failed: ") + cudaGetErrorString(e));
+    auto event = std::make_shared<NcclEvent>(device_.index, raw);
+    e = cudaEventRecord(raw, static_cast<cudaStream_t>(comm_stream.native_handle()));
+    if (e != cudaSuccess) fail(what, std::string("cudaEventRecord failed: ") + cudaGetErrorString(e));
+    const uint64_t key = ++async_calls_;
+    in_flight_.push_back(InFlight{key, my_call, calls_, deadline, what, event});
+    if (!watchdog_.joinable()) watchdog_ = std::thread([this] { watchdog_loop(); });
+    return std::make_shared<NcclStreamWork>(what, this, alive_, std::move(event), key);
+  }
+
+  // Blocks until the asynchronous collectives up to `key` have finished on the GPU, with
+  // the synchronous path's watchdog (NcclStreamWork::synchronize).
+  void complete_through(uint64_t key) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    while (!in_flight_.empty() && in_flight_.front().key <= key) {
+      check_usable(in_flight_.front().what.c_str());
+      const InFlight f = in_flight_.front();
+      ComputeSlot::Yield yield;
+      CudaDeviceScope on(device_.index);
+      await(f.what, f.event->event, f.deadline, f.my_call, f.number);
+      in_flight_.pop_front();
+    }
+  }
+
   void broadcast(const Tensor& buffer, int root) override {
+    std::lock_guard<std::mutex> lock(mutex_);
     check_tensor(buffer, "broadcast", "buffer");
     STRATA_CHECK(root >= 0 && root < size_, "nccl broadcast: root ", root, " is out of range for ", size_, " ranks");
     run(nccl_describe("broadcast", buffer, "root " + std::to_string(root)), [&](cudaStream_t s) {
@@ -193,6 +324,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   void all_gather(const Tensor& input, const Tensor& output) override {
+    std::lock_guard<std::mutex> lock(mutex_);
     check_tensor(input, "all_gather", "input");
     check_tensor(output, "all_gather", "output");
     STRATA_CHECK(input.dtype() == output.dtype(), "nccl all_gather: input dtype ", input.dtype(),
@@ -208,6 +340,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   void reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op) override {
+    std::lock_guard<std::mutex> lock(mutex_);
     check_tensor(input, "reduce_scatter", "input");
     check_tensor(output, "reduce_scatter", "output");
     check_reducible(input, "reduce_scatter", op);
@@ -227,6 +360,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   void barrier() override {
+    std::lock_guard<std::mutex> lock(mutex_);
     if (!barrier_buffer_.defined()) {
       DeviceGuard on(device_);
       barrier_buffer_ = zeros({1}, kFloat32, device_);
@@ -240,6 +374,14 @@ class NcclCommunicator final : public Communicator {
   // Aborts the NCCL communicator (releasing its kernels) and makes every later call fail
   // with `why`. Idempotent.
   void abort_with(const std::string& why) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    abort_locked(why);
+  }
+
+ private:
+  // Every member below runs with mutex_ held: the calling thread's collectives and the
+  // watchdog thread's checks of asynchronous ones never overlap.
+  void abort_locked(const std::string& why) {
     if (broken_.empty()) broken_ = why;
     if (comm_) {
       CudaDeviceScope on(device_.index);
@@ -248,7 +390,36 @@ class NcclCommunicator final : public Communicator {
     }
   }
 
- private:
+  // The watchdog of asynchronous collectives (started by the first all_reduce_async), as
+  // PyTorch's ProcessGroupNCCL has: while one is in flight it checks, every few
+  // milliseconds, what a synchronous call checks while it waits. On a failure it aborts
+  // the communicator, which ends the GPU kernels waiting for a lost peer, so that a host
+  // read of a result ordered after the collective (a loss scale's finite check) returns
+  // instead of hanging; the failure, naming the rank, is raised by the next call on the
+  // communicator or the work's synchronize(). It sleeps while the calling thread is
+  // inside a call (which watches by itself).
+  void watchdog_loop() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!stop_watchdog_) {
+      watchdog_cv_.wait_for(lock, std::chrono::milliseconds(in_flight_.empty() ? 50 : 5));
+      if (stop_watchdog_ || in_flight_.empty() || !broken_.empty()) continue;
+      CudaDeviceScope on(device_.index);
+      while (!in_flight_.empty() && cudaEventQuery(in_flight_.front().event->event) == cudaSuccess) {
+        in_flight_.pop_front();
+      }
+      if (in_flight_.empty()) continue;
+      const InFlight& f = in_flight_.front();
+      std::string cause;
+      const cudaError_t e = cudaEventQuery(f.event->event);
+      if (e != cudaErrorNotReady) {
+        cause = std::string("the GPU reported an error: ") + cudaGetErrorString(e);
+      } else {
+        cause = watch_cause(f.deadline, f.my_call);
+      }
+      if (!cause.empty()) record_failure(f.what, cause + " (found by the watchdog)", f.number);
+    }
+  }
+
   void check_usable(const char* op) const {
     STRATA_CHECK(broken_.empty(), "nccl ", op, ": rank ", rank_, " of ", size_, " (", device_,
                  "): the communicator is unusable after an earlier failure: ", broken_);
@@ -288,7 +459,32 @@ class NcclCommunicator final : public Communicator {
   // Enqueues `enqueue` as one NCCL group on the current stream of this rank's GPU, then
   // waits (bounded) until the GPU finished it. See the header for the failure rules.
   template <typename Enqueue>
-  void run(const std::string& what, Enqueue&& enqueue) {
+  void run(const std::string& what, Enqueue&& enqueue_call) {
+    // Collectives on the calling stream may need an asynchronous one's result: an earlier
+    // failure is reported first (stream order covers the rest, see the header).
+    poll_in_flight();
+    const uint64_t my_call = begin_call(what);
+    const auto deadline = nccl_deadline_after(timeout_);
+    CudaDeviceScope on(device_.index);
+    const Stream stream = current_stream(device_);
+    cudaStream_t s = static_cast<cudaStream_t>(stream.native_handle());
+    enqueue(what, s, enqueue_call);
+    // While it waits for its peers the replica gives its compute slot up (in_process.h):
+    // with fewer cores than GPUs, the peer it waits for may need the slot to get here.
+    ComputeSlot::Yield yield;
+    // A non-blocking communicator may still be enqueueing: wait for it, bounded.
+    wait_until_ready(what, deadline, my_call);
+    if (!event_) {
+      const cudaError_t e = cudaEventCreateWithFlags(&event_, cudaEventDisableTiming);
+      if (e != cudaSuccess) fail(what, std::string("cudaEventCreate failed: ") + cudaGetErrorString(e));
+    }
+    const cudaError_t e = cudaEventRecord(event_, s);
+    if (e != cudaSuccess) fail(what, std::string("cudaEventRecord failed: ") + cudaGetErrorString(e));
+    await(what, event_, deadline, my_call, calls_);
+  }
+
+  // Counts a new collective (in the local group's tally too) and returns its number there.
+  uint64_t begin_call(const std::string& what) {
     check_usable(what.c_str());
     ++calls_;
     uint64_t my_call = calls_;
@@ -301,36 +497,59 @@ class NcclCommunicator final : public Communicator {
       }
       if (aborted) fail(what, "aborted: " + *aborted);  // fail() takes the lock itself
     }
-    const auto deadline = nccl_deadline_after(timeout_);
-    CudaDeviceScope on(device_.index);
-    const Stream stream = current_stream(device_);
-    cudaStream_t s = static_cast<cudaStream_t>(stream.native_handle());
+    return my_call;
+  }
+
+  // Enqueues one collective on `s` as one NCCL group.
+  template <typename Enqueue>
+  void enqueue(const std::string& what, cudaStream_t s, Enqueue&& enqueue_call) {
     ncclResult_t r = ncclGroupStart();
     if (r == ncclSuccess) {
-      r = enqueue(s);
+      r = enqueue_call(s);
       const ncclResult_t end = ncclGroupEnd();
       if (r == ncclSuccess || r == ncclInProgress) r = end;
     }
     if (r != ncclSuccess && r != ncclInProgress) fail(what, "NCCL refused the call: " + nccl_message(r, comm_));
-    // While it waits for its peers the replica gives its compute slot up (in_process.h):
-    // with fewer cores than GPUs, the peer it waits for may need the slot to get here.
-    ComputeSlot::Yield yield;
-    // A non-blocking communicator may still be enqueueing: wait for it, bounded.
-    wait_until_ready(what, deadline, my_call);
-    if (!event_) {
-      const cudaError_t e = cudaEventCreateWithFlags(&event_, cudaEventDisableTiming);
-      if (e != cudaSuccess) fail(what, std::string("cudaEventCreate failed: ") + cudaGetErrorString(e));
-    }
-    cudaError_t e = cudaEventRecord(event_, s);
-    if (e != cudaSuccess) fail(what, std::string("cudaEventRecord failed: ") + cudaGetErrorString(e));
+  }
+
+  // True when the non-blocking communicator finished enqueueing (one check, no wait).
+  bool enqueued_now(const std::string& what) {
+    ncclResult_t state = ncclSuccess;
+    const ncclResult_t r = ncclCommGetAsyncError(comm_, &state);
+    if (r != ncclSuccess) fail(what, "ncclCommGetAsyncError failed: " + nccl_message(r, comm_));
+    if (state != ncclSuccess && state != ncclInProgress) fail(what, "NCCL reported an error: " + nccl_message(state, comm_));
+    return state == ncclSuccess;
+  }
+
+  // Polls `event` (recorded after collective #number) until it completed, under the
+  // watchdog: NCCL's asynchronous error, the local peers, the deadline.
+  void await(const std::string& what, cudaEvent_t event, NcclClock::time_point deadline, uint64_t my_call,
+             uint64_t number) {
     int spins = 0;
     for (;;) {
-      e = cudaEventQuery(event_);
+      const cudaError_t e = cudaEventQuery(event);
       if (e == cudaSuccess) return;
-      if (e != cudaErrorNotReady) fail(what, std::string("the GPU reported an error: ") + cudaGetErrorString(e));
-      watch(what, deadline, my_call);
+      if (e != cudaErrorNotReady) {
+        fail(what, std::string("the GPU reported an error: ") + cudaGetErrorString(e), number);
+      }
+      watch(what, deadline, my_call, number);
       nccl_backoff(spins);
     }
+  }
+
+  // Forgets the asynchronous collectives that finished; one that failed or ran past its
+  // deadline fails now (no waiting).
+  void poll_in_flight() {
+    if (in_flight_.empty() || !broken_.empty()) return;  // a broken one fails in begin_call
+    CudaDeviceScope on(device_.index);
+    while (!in_flight_.empty()) {
+      const InFlight& f = in_flight_.front();
+      const cudaError_t e = cudaEventQuery(f.event->event);
+      if (e == cudaErrorNotReady) break;
+      if (e != cudaSuccess) fail(f.what, std::string("the GPU reported an error: ") + cudaGetErrorString(e), f.number);
+      in_flight_.pop_front();
+    }
+    for (const InFlight& f : in_flight_) watch(f.what, f.deadline, f.my_call, f.number);
   }
 
   void wait_until_ready(const std::string& what, NcclClock::time_point deadline, uint64_t my_call) {
@@ -348,10 +567,16 @@ class NcclCommunicator final : public Communicator {
 
   // One watchdog check while a call is in flight: NCCL's asynchronous error (a peer
   // process died, a network failure), a failed or finished local peer, the deadline.
-  void watch(const std::string& what, NcclClock::time_point deadline, uint64_t my_call) {
+  void watch(const std::string& what, NcclClock::time_point deadline, uint64_t my_call, uint64_t number = 0) {
+    const std::string cause = watch_cause(deadline, my_call);
+    if (!cause.empty()) fail(what, cause, number);
+  }
+
+  // What watch() would fail with ("" while all is well).
+  std::string watch_cause(NcclClock::time_point deadline, uint64_t my_call) {
     ncclResult_t state = ncclSuccess;
     if (ncclCommGetAsyncError(comm_, &state) == ncclSuccess && state != ncclSuccess && state != ncclInProgress) {
-      fail(what, "NCCL reported an error: " + nccl_message(state, comm_) + peers_status(my_call));
+      return "NCCL reported an error: " + nccl_message(state, comm_) + peers_status(my_call);
     }
     if (local_) {
       std::string cause;
@@ -366,13 +591,14 @@ class NcclCommunicator final : public Communicator {
           }
         }
       }
-      if (!cause.empty()) fail(what, cause);  // fail() takes the lock itself
+      if (!cause.empty()) return cause;
     }
     if (NcclClock::now() >= deadline) {
       std::ostringstream os;
       os << "timed out after " << timeout_ << " s" << peers_status(my_call);
-      fail(what, os.str());
+      return os.str();
     }
+    return "";
   }
 
   // Which peers are missing, for messages: in a local group the ranks that have not
@@ -400,18 +626,24 @@ class NcclCommunicator final : public Communicator {
     }
   }
 
-  [[noreturn]] void fail(const std::string& what, const std::string& cause) {
+  // `number`: the collective's number on this communicator (0: the latest issued).
+  [[noreturn]] void fail(const std::string& what, const std::string& cause, uint64_t number = 0) {
+    throw Error(record_failure(what, cause, number));
+  }
+
+  // Aborts with the message fail() raises, which it returns.
+  std::string record_failure(const std::string& what, const std::string& cause, uint64_t number) {
     std::ostringstream os;
     os << "nccl " << what << " failed on rank " << rank_ << " of " << size_ << " (" << device_ << ", collective #"
-       << calls_ << "): " << cause;
+       << (number ? number : calls_) << "): " << cause;
     const std::string message = os.str();
-    abort_with(message);
+    abort_locked(message);
     if (local_) {
       // The other ranks of the group stop waiting for this one.
       std::lock_guard<std::mutex> lock(local_->mutex);
       if (!local_->aborted) local_->aborted = message;
     }
-    throw Error(message);
+    return message;
   }
 
   ncclComm_t comm_;
@@ -425,7 +657,46 @@ class NcclCommunicator final : public Communicator {
   cudaEvent_t event_ = nullptr;
   Tensor barrier_buffer_;
   std::string broken_;
+  // Asynchronous collectives not yet seen finished, in issue order.
+  struct InFlight {
+    uint64_t key;      // NcclStreamWork's handle on it
+    uint64_t my_call;  // its number in the local group's tally (watch())
+    uint64_t number;   // its number on this communicator (messages)
+    NcclClock::time_point deadline;
+    std::string what;
+    std::shared_ptr<NcclEvent> event;
+  };
+  std::deque<InFlight> in_flight_;
+  uint64_t async_calls_ = 0;
+  mutable std::mutex mutex_;  // see abort_locked()
+  std::thread watchdog_;
+  std::condition_variable watchdog_cv_;
+  bool stop_watchdog_ = false;
+  // Expires with the communicator: its works then stop calling it.
+  std::shared_ptr<void> alive_ = std::make_shared<int>(0);
 };
+
+void NcclStreamWork::order_consumer(const Stream& consumer) const {
+  STRATA_CHECK(consumer.device() == Device(DeviceType::CUDA, event_->device), "nccl ", what(),
+               ": order_consumer needs a stream of cuda:", event_->device, ", got one of ", consumer.device());
+  CudaDeviceScope on(event_->device);
+  const cudaError_t e = cudaStreamWaitEvent(static_cast<cudaStream_t>(consumer.native_handle()), event_->event, 0);
+  STRATA_CHECK(e == cudaSuccess, "nccl ", what(), ": cudaStreamWaitEvent failed: ", cudaGetErrorString(e));
+}
+
+void NcclStreamWork::synchronize(double timeout_seconds) const {
+  // Bounded by the communicator's deadline for the collective, set at launch (at most
+  // CommunicationOptions::timeout_seconds); wait() returns at once (it is enqueued).
+  wait(timeout_seconds);
+  if (alive_.expired()) {
+    CudaDeviceScope on(event_->device);
+    const cudaError_t e = cudaEventQuery(event_->event);
+    STRATA_CHECK(e == cudaSuccess, "nccl ", what(), ": its communicator was destroyed before it finished (",
+                 cudaGetErrorString(e), ")");
+    return;
+  }
+  comm_->complete_through(call_);
+}
 
 ncclConfig_t nccl_nonblocking_config() {
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;

@@ -24,6 +24,25 @@
 // begin_round() (the next Strategy::run), a process group is not (the job ends and a
 // relaunch resumes from the latest checkpoint, as with Gloo).
 //
+// all_reduce_async (floats; the mean of integers takes the synchronous path) runs on the
+// GPU's communication stream instead, as PyTorch DDP's buckets do: one stream per GPU and
+// process, created on first use through the stream backend. The stream first waits (an
+// event, no host blocking) for the work enqueued so far on the caller's current stream,
+// which produced the buffer; the all-reduce is enqueued there, the buffer's block is kept
+// from reuse until it finished (Storage::record_stream), and the call returns a CommWork
+// that is already complete in wait()'s sense ("enqueued and ordered"). Its
+// order_consumer(stream) makes a consumer stream wait for the result (an event recorded
+// after the collective); its synchronize() blocks the host until the GPU finished it,
+// under the same watchdog and deadline as a synchronous call. While one is in flight a
+// watchdog thread of the communicator (PyTorch's ProcessGroupNCCL has one) makes the same
+// checks every few milliseconds and on a failure aborts the communicator, which ends the
+// GPU kernels waiting for a lost peer: a host read of a result ordered after the
+// collective returns instead of hanging, and the failure, naming the rank, is raised by
+// the next call on the communicator or by the work's synchronize(). The owner of the works must
+// synchronize them before the communicator is destroyed or its group rebuilt (the
+// gradient reducer does at the end of each step); one left running makes the destructor
+// abort the NCCL communicator rather than wait for it.
+//
 // dtypes: float32, float64, float16, bfloat16, int32, int64 (all ops), bool (broadcast,
 // all_gather, and max/min). Mean is ncclAvg for floats and sum then truncating division for
 // integers. Tensors must be contiguous and on the communicator's GPU.

@@ -22,6 +22,7 @@ namespace strata::cuda_emulation {
 namespace {
 
 std::atomic<int64_t> g_nccl_collectives{0};
+std::atomic<int64_t> g_nccl_async_collectives{0};
 
 class EmulatedNcclCommunicator final : public distribute::Communicator {
  public:
@@ -36,6 +37,12 @@ class EmulatedNcclCommunicator final : public distribute::Communicator {
   void all_reduce(const Tensor& buffer, distribute::ReduceOp op) override {
     check(buffer, "all_reduce");
     comm_.all_reduce(buffer, op);
+  }
+  // The gradient reducer's path for NCCL (a stream transport): counted, then run as the
+  // default does (the emulated GPUs' streams are immediate, so "enqueued" is "done").
+  std::shared_ptr<distribute::CommWork> all_reduce_async(const Tensor& buffer, distribute::ReduceOp op) override {
+    ++g_nccl_async_collectives;
+    return Communicator::all_reduce_async(buffer, op);
   }
   void broadcast(const Tensor& buffer, int root) override {
     check(buffer, "broadcast");
@@ -114,5 +121,6 @@ struct InstallEmulatedNccl {
 }  // namespace
 
 int64_t nccl_collectives() { return g_nccl_collectives.load(); }
+int64_t nccl_async_collectives() { return g_nccl_async_collectives.load(); }
 
 }  // namespace strata::cuda_emulation

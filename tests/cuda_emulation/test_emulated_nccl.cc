@@ -158,10 +158,18 @@ TEST_CASE("emulated NCCL: Mirrored training on 2 GPUs and on 2 logical GPUs matc
   const std::vector<float> cpu_losses = train_losses(on_cpus, p);
 
   const int64_t before = cuda_emulation::nccl_collectives();
+  const int64_t before_async = cuda_emulation::nccl_async_collectives();
   MirroredStrategy on_gpus({cuda(0), cuda(1)});
   const std::vector<float> nccl_losses = train_losses(on_gpus, p);
-  // Each step's gradient all-reduce ran through the NCCL communicators (one per rank).
+  // Each step's gradient all-reduce ran through the NCCL communicators (one per rank), the
+  // gradient buckets through all_reduce_async (the reducer's communication-stream path).
   REQUIRE(cuda_emulation::nccl_collectives() - before >= 2 * kSteps);
+  REQUIRE(cuda_emulation::nccl_async_collectives() - before_async >= 2 * kSteps);
+  // Bitwise the same as one reduction after backward (no bucket overlap, synchronous).
+  const int64_t before_sync = cuda_emulation::nccl_async_collectives();
+  MirroredStrategy no_overlap({cuda(0), cuda(1)}, CrossDeviceOps::Default, {.overlap_gradient_reduction = false});
+  REQUIRE(train_losses(no_overlap, p) == nccl_losses);
+  REQUIRE(cuda_emulation::nccl_async_collectives() == before_sync);
 
   const int64_t before_virtual = cuda_emulation::nccl_collectives();
   MirroredStrategy on_one_gpu({cuda(0), cuda(0)});

@@ -11,11 +11,13 @@
 #include <fstream>
 #include <mutex>
 #include <random>
+#include <thread>
 
 #include <strata/autograd/autograd.h>
 #include <strata/autograd/gradient_hook.h>
 #include <strata/core/ops.h>
 #include <strata/core/random.h>
+#include <strata/core/stream.h>
 #include <strata/data/dataset.h>
 #include <strata/distribute/collective/gloo_communicator.h>
 #include <strata/distribute/distributed_dataset.h>
@@ -166,6 +168,106 @@ TEST_CASE("gradient reducer: a small first bucket, then 25 MiB ones, per dtype, 
   std::vector<int64_t> sizes;
   for (auto& b : buckets) sizes.push_back(b.second);
   CHECK(sizes == std::vector<int64_t>{20, 10, 40, 5});
+}
+
+namespace {
+
+// A stream-ordered work as NCCL's all_reduce_async returns (comm_work.h), on the CPU: it
+// is complete for wait() at once, but its result (the bucket doubled: two "replicas"
+// holding the same gradient) appears only when a consumer is ordered after it, and
+// synchronize() records that the host waited for it. A reducer that skipped the ordering
+// would hand out unsummed gradients.
+struct StreamLog {
+  std::vector<std::string> events;
+  std::thread::id launch_thread;
+};
+
+class FakeStreamWork final : public CommWork {
+ public:
+  FakeStreamWork(std::string what, Tensor bucket, StreamLog& log, std::string sync_error)
+      : CommWork(std::move(what)), bucket_(std::move(bucket)), log_(log), sync_error_(std::move(sync_error)) {
+    finish();
+  }
+  void order_consumer(const Stream& consumer) const override {
+    log_.events.push_back("order " + std::to_string(consumer.id()) + " " + what());
+    if (!ordered_) bucket_.copy_(bucket_ * 2.0);
+    ordered_ = true;
+  }
+  void synchronize(double) const override {
+    log_.events.push_back("synchronize " + what());
+    if (!sync_error_.empty()) throw Error(sync_error_);
+  }
+
+ private:
+  Tensor bucket_;
+  StreamLog& log_;
+  std::string sync_error_;
+  mutable bool ordered_ = false;
+};
+
+}  // namespace
+
+TEST_CASE("gradient reducer: a stream transport launches inline and orders the consumer stream", "[reducer]") {
+  StreamLog log;
+  std::string launch_error, sync_error;
+  GradientReducer::Options options;
+  options.bytes_per_pack = 64 * 4;  // a bucket per gradient below
+  GradientReducer reducer(GradientReducer::StreamTransport{[&](const Tensor& bucket, const std::string& what) {
+                            log.launch_thread = std::this_thread::get_id();
+                            log.events.push_back("launch " + what);
+                            if (!launch_error.empty()) throw Error(launch_error);
+                            return std::make_shared<FakeStreamWork>(what, bucket, log, sync_error);
+                          }},
+                          options);
+  Variable a = make_var("a", {64}, 1), b = make_var("b", {8, 8}, 2);
+  const Tensor ga = random::uniform({64}, 3, -1.0, 1.0), gb = random::uniform({8, 8}, 4, -1.0, 1.0);
+  // A stream of its own for the consumer: the reducer must order the thread's current one.
+  const Stream consumer = create_stream(Device());
+  StreamGuard on(consumer);
+
+  reducer.gradient_ready(a, ga);
+  reducer.gradient_ready(b, gb);
+  reducer.backward_done();
+  REQUIRE(reducer.buckets_launched() == 2);
+  REQUIRE(log.launch_thread == std::this_thread::get_id());  // no communication thread
+  REQUIRE(log.events.size() == 2);                            // launched, nothing ordered yet
+  const std::vector<Tensor> summed = reducer.take({ga, gb, ga * 1.0});
+  REQUIRE(log.events.size() == 4);
+  CHECK_THAT(log.events[2], Contains("order " + std::to_string(consumer.id()) + " gradient bucket 0") &&
+                                Contains(": a)"));
+  CHECK_THAT(log.events[3], Contains("order " + std::to_string(consumer.id()) + " gradient bucket 1"));
+  REQUIRE_FALSE(summed[2].defined());  // not a gradient it saw
+  for (size_t i = 0; i < 2; ++i) {
+    const Tensor want = (i == 0 ? ga : gb) * 2.0;
+    REQUIRE(summed[i].shape() == want.shape());
+    REQUIRE(std::memcmp(summed[i].contiguous().raw_data(), want.contiguous().raw_data(), want.nbytes()) == 0);
+  }
+  // take() did not block the host on the collectives; the end of the step does, once each.
+  reducer.end_step(false);
+  REQUIRE(log.events.size() == 6);
+  CHECK_THAT(log.events[4], Contains("synchronize gradient bucket 0"));
+  CHECK_THAT(log.events[5], Contains("synchronize gradient bucket 1"));
+  REQUIRE(reducer.buckets_launched() == 0);
+
+  // A failure after enqueueing (a peer died while the GPU ran it) fails the step that
+  // used the sums, at its end; a failed step drops it.
+  sync_error = "nccl all_reduce_async failed on rank 0 of 2: rank(s) 1 gone";
+  reducer.gradient_ready(a, ga);
+  reducer.backward_done();
+  (void)reducer.take({ga});
+  REQUIRE_THROWS_WITH(reducer.end_step(false), Contains("rank(s) 1 gone"));
+  reducer.gradient_ready(a, ga);
+  reducer.backward_done();
+  (void)reducer.take({ga});
+  REQUIRE_NOTHROW(reducer.end_step(true));
+  sync_error.clear();
+
+  // A launch that fails (NCCL refused the call) is reported where the sums are taken.
+  launch_error = "nccl all_reduce_async: NCCL refused the call";
+  reducer.gradient_ready(a, ga);
+  reducer.backward_done();
+  REQUIRE_THROWS_WITH(reducer.take({ga}), Contains("NCCL refused the call"));
+  REQUIRE_NOTHROW(reducer.end_step(true));
 }
 
 TEST_CASE("gradient reducer: the synchronous packing keeps layout and undefined tensors", "[reducer]") {
