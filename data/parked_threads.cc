@@ -7,6 +7,8 @@
 #include <mutex>
 #include <thread>
 
+#include <unistd.h>
+
 namespace strata::data::detail {
 
 namespace {
@@ -20,6 +22,9 @@ constexpr auto kParkIdle = std::chrono::seconds(10);
 
 class ParkedThreads {
  public:
+  explicit ParkedThreads(pid_t owner) : owner_(owner) {}
+  pid_t owner() const { return owner_; }
+
   void run(std::function<void()> task) {
     bool claimed = false, wake = false;
     {
@@ -71,6 +76,7 @@ class ParkedThreads {
     }
   }
 
+  const pid_t owner_;  // the process whose threads these are
   std::mutex mu_;
   std::condition_variable has_task_;
   std::deque<std::function<void()>> tasks_;  // guarded by mu_
@@ -79,9 +85,21 @@ class ParkedThreads {
   int sleeping_ = 0;                         // parked threads waiting on has_task_; mu_
 };
 
+// One set per process. A child forked (without exec) after a thread was parked has none of
+// its parent's threads but a copy of their bookkeeping, which would hand its tasks to
+// threads that do not exist: it starts a set of its own instead, and the copy is
+// abandoned untouched (its mutex may have been held at the fork). Sets are leaked: parked
+// threads may outlive static destructors.
 ParkedThreads& parked_threads() {
-  static auto* threads = new ParkedThreads;  // leaked: parked threads may outlive static dtors
-  return *threads;
+  static std::atomic<ParkedThreads*> current{nullptr};
+  const pid_t pid = ::getpid();
+  ParkedThreads* p = current.load(std::memory_order_acquire);
+  while (p == nullptr || p->owner() != pid) {
+    auto* fresh = new ParkedThreads(pid);
+    if (current.compare_exchange_strong(p, fresh, std::memory_order_acq_rel)) return *fresh;
+    delete fresh;  // another thread installed a set first: p is now that one
+  }
+  return *p;
 }
 
 }  // namespace

@@ -3,9 +3,13 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <csignal>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
+
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <strata/core/ops.h>
 #include <strata/data/dataset.h>
@@ -212,3 +216,36 @@ TEST_CASE("prefetching iterators back to back and side by side deliver every ele
   }
   for (const auto& g : got) CHECK(g == expected);
 }
+
+// ThreadSanitizer does not support a child that starts threads after a multi-threaded
+// fork (it ends such a child), so this test is left out of that build.
+#if !defined(__SANITIZE_THREAD__)
+TEST_CASE("a child forked after prefetching starts producers of its own", "[data][threads]") {
+  auto ds = Dataset::range(50).batch(5).prefetch(2);
+  auto it = ds.make_iterator(0);
+  const auto expected = testing::drain(it);  // leaves a parked thread in this process
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    try {
+      auto again = ds.make_iterator(0);
+      ::_exit(testing::drain(again) == expected ? 0 : 1);
+    } catch (...) {
+      ::_exit(2);
+    }
+  }
+  int status = 0;
+  const auto deadline = Clock::now() + std::chrono::seconds(60);
+  pid_t done = 0;
+  while ((done = ::waitpid(child, &status, WNOHANG)) == 0 && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  if (done == 0) {
+    ::kill(child, SIGKILL);
+    ::waitpid(child, &status, 0);
+    FAIL("the child's prefetching iterator did not finish (its tasks went to its parent's threads)");
+  }
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+}
+#endif
