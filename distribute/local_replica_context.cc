@@ -67,6 +67,13 @@ int LocalReplicaContext::replica_id_in_sync_group() const {
 void LocalReplicaContext::reduce_buffer(InProcessCommunicator& comm, const Tensor& buffer, ReduceOp op,
                                         const std::string& what) {
   if (Communicator* workers = strategy_.worker_communicator()) {
+    if (comm.size() == 1 && op != ReduceOp::Mean && buffer.dtype() != kBool && buffer.is_contiguous() &&
+        same_memory(buffer.device(), workers->buffer_device())) {
+      // One replica per worker: nothing to fold locally, so the buffer itself is reduced
+      // across workers in place (the path below would copy it three times on the way).
+      workers->all_reduce(buffer, op);
+      return;
+    }
     // Hierarchical: the local replicas' buffers are folded on the first replica, which
     // all-reduces the result across workers; every local replica copies it back. No
     // barrier is needed before the next merge: the first replica overwrites the shared
