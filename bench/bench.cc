@@ -13,6 +13,10 @@ Timing time_it(const std::function<void()>& fn, int reps, int inner, int warmup)
     const auto t1 = std::chrono::steady_clock::now();
     samples.push_back(std::chrono::duration<double>(t1 - t0).count() / inner);
   }
+  return summarize(std::move(samples));
+}
+
+Timing summarize(std::vector<double> samples) {
   std::sort(samples.begin(), samples.end());
   Timing t;
   t.median_s = samples[samples.size() / 2];

@@ -45,6 +45,9 @@ struct Timing {
   double spread() const { return median_s > 0 ? (max_s - min_s) / median_s : 0; }
 };
 
+// The median, minimum and maximum of samples (not empty).
+Timing summarize(std::vector<double> samples);
+
 // Runs fn `warmup` times, then `reps` timed repetitions of `inner` calls each; returns the
 // per-call time statistics.
 Timing time_it(const std::function<void()>& fn, int reps, int inner = 1, int warmup = 2);
@@ -79,6 +82,9 @@ namespace strata::bench {
 // steps/s of `steps` SGD steps under `strategy` on fixed random data (the strategy's
 // devices synchronised before each repetition's clock is read).
 nn::Sequential make_model(bool cnn);
+// The training loop of that workload under `strategy`, built once: each call runs `steps`
+// SGD steps on one fixed batch and synchronises the strategy's devices.
+std::function<void()> make_trainer(distribute::Strategy& strategy, bool cnn, int64_t batch, int steps);
 double steps_per_second(distribute::Strategy& strategy, bool cnn, int64_t batch, int steps, int reps);
 
 }  // namespace strata::bench

@@ -105,17 +105,9 @@ PairTiming time_matmul_pair(int64_t m, int64_t n, int64_t k, bool ta, bool tb, i
     ref.push_back(t.median_s);
     let_reference_threads_sleep(threads);
   }
-  auto stats = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    Timing s;
-    s.median_s = v[v.size() / 2];
-    s.min_s = v.front();
-    s.max_s = v.back();
-    return s;
-  };
   std::vector<double> ratios;
   for (size_t i = 0; i < ours.size(); ++i) ratios.push_back(ref[i] / ours[i]);
-  return {stats(ours), stats(ref), stats(ratios).median_s};
+  return {summarize(ours), summarize(ref), summarize(ratios).median_s};
 }
 
 double cpu_ghz() {

@@ -25,8 +25,6 @@ nn::Sequential make_model(bool cnn) {
                         nn::Flatten(), nn::Dense(12 * 12 * 64, 128), nn::ReLU(), nn::Dense(128, 10)};
 }
 
-// The training loop of one workload under one strategy, built once: each call runs `steps`
-// SGD steps on a fixed batch and synchronises the strategy's devices.
 std::function<void()> make_trainer(distribute::Strategy& strategy, bool cnn, int64_t batch, int steps) {
   struct State {
     nn::Sequential model;
@@ -62,14 +60,6 @@ double steps_per_second(distribute::Strategy& strategy, bool cnn, int64_t batch,
   return double(steps) / time_it(train, reps, 1, 1).median_s;
 }
 
-namespace {
-
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-}  // namespace
 
 std::vector<Result> train_suite(const Options& o) {
   std::vector<Result> out;
@@ -110,16 +100,14 @@ std::vector<Result> train_suite(const Options& o) {
       for (double t : seconds[k]) rate.push_back(steps / t);
       return rate;
     };
-    const double base = median_of(rates(0));
+    const double base = summarize(rates(0)).median_s;
     auto row = [&](size_t k, const std::string& name) {
-      const std::vector<double> rate = rates(k);
       std::vector<double> ratios;
       for (int r = 0; r < rounds; ++r) ratios.push_back(seconds[0][size_t(r)] / seconds[k][size_t(r)]);
-      const auto [lo, hi] = std::minmax_element(rate.begin(), rate.end());
-      const double value = median_of(rate);
-      Result res{"train", model + " " + name, value, "steps/s", (*hi - *lo) / value,
+      const Timing rate = summarize(rates(k));  // steps/s, not seconds: median and spread
+      Result res{"train", model + " " + name, rate.median_s, "steps/s", rate.spread(),
                  k == 0 ? "(itself)" : "default strategy", base};
-      if (k > 0) res.extra = {{"paired_ratio", median_of(ratios)}};
+      if (k > 0) res.extra = {{"paired_ratio", summarize(ratios).median_s}};
       out.push_back(std::move(res));
     };
     row(0, "default");

@@ -11,33 +11,27 @@ namespace strata::distribute {
 
 namespace {
 
-// One flat buffer holding `parts` in order (a copy even for one part: it is reduced in
-// place and must not alias the gradient).
-Tensor pack(const std::vector<Tensor>& parts) {
-  if (parts.size() == 1) return reshape(parts[0], {-1}).clone();
-  std::vector<Tensor> flat;
-  flat.reserve(parts.size());
-  for (const Tensor& p : parts) flat.push_back(reshape(p, {p.numel()}));
-  return concat(flat, 0);
-}
-
 Tensor unpack(const Tensor& buffer, int64_t offset, const Tensor& like) {
   return reshape(buffer.slice(0, offset, offset + like.numel()), like.shape());
 }
 
 }  // namespace
 
+namespace {
+GradientReducer::Options checked(GradientReducer::Options options) {
+  STRATA_CHECK(options.bytes_per_pack >= 0, "GradientReducer: bytes_per_pack must be >= 0, got ",
+               options.bytes_per_pack);
+  return options;
+}
+}  // namespace
+
 GradientReducer::GradientReducer(Transport transport, Options options)
-    : transport_(std::move(transport)), options_(options) {
-  STRATA_CHECK(options_.bytes_per_pack >= 0, "GradientReducer: bytes_per_pack must be >= 0, got ",
-               options_.bytes_per_pack);
+    : transport_(std::move(transport)), options_(checked(options)) {
   if (options_.asynchronous) thread_ = std::make_unique<CommThread>();
 }
 
 GradientReducer::GradientReducer(StreamTransport transport, Options options)
-    : stream_transport_(std::move(transport)), options_(options) {
-  STRATA_CHECK(options_.bytes_per_pack >= 0, "GradientReducer: bytes_per_pack must be >= 0, got ",
-               options_.bytes_per_pack);
+    : stream_transport_(std::move(transport)), options_(checked(options)) {
   STRATA_CHECK(bool(stream_transport_.launch), "GradientReducer: the stream transport has no launch function");
 }
 
@@ -214,7 +208,9 @@ std::vector<Tensor> GradientReducer::reduce_packed(const std::vector<Tensor>& va
                (bytes_per_pack <= 0 || bytes + int64_t(values[indices[end]].nbytes()) <= bytes_per_pack));
       std::vector<Tensor> parts;
       for (size_t k = begin; k < end; ++k) parts.push_back(values[indices[k]]);
-      Tensor buffer = pack(parts);
+      // A fresh buffer even for one part: it is reduced in place and must not alias it.
+      const Tensor buffer = Tensor::empty({bytes / int64_t(dtype_size(dtype))}, dtype, parts[0].device());
+      pack_into(parts, buffer);
       reduce(buffer);
       int64_t offset = 0;
       for (size_t k = begin; k < end; ++k) {

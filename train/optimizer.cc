@@ -231,7 +231,14 @@ void Optimizer::apply_gradients(const std::vector<Tensor>& grads, const std::vec
     const std::vector<Variable> slot_vars = get_or_create_slots(vars[i]);
     std::vector<Tensor> slots;
     slots.reserve(slot_vars.size());
-    for (const auto& sv : slot_vars) slots.push_back(sv.value());
+    for (const auto& sv : slot_vars) {
+      // Slots made while shard_optimizer_state was on hold one replica's chunk only.
+      STRATA_CHECK(dynamic_cast<const ShardedSlotImpl*>(&sv.impl()) == nullptr, "optim::", s.name(),
+                   "::apply_gradients: the slot '", sv.name(), "' of variable '", vars[i].name(),
+                   "' is sharded (made while shard_optimizer_state was on) but sharding is now off; turn it back on, "
+                   "or restore the optimizer from a checkpoint into a fresh one");
+      slots.push_back(sv.value());
+    }
     s.update(param, grad, slots, uctx);
   };
   auto increment = [&] {

@@ -166,7 +166,6 @@ void Optimizer::apply_sharded(const std::vector<Tensor>& grads, const std::vecto
   // The variables with a gradient, grouped by dtype (one reduce-scatter and one all-gather
   // per dtype), each with its chunk range and its column offset in the packed matrix.
   struct Item {
-    size_t index;
     Tensor param;  // this replica's whole component, flat
     Tensor grad;   // the whole gradient, flat (aggregate_gradients = false: already summed)
     int64_t numel, width, offset;
@@ -181,8 +180,12 @@ void Optimizer::apply_sharded(const std::vector<Tensor>& grads, const std::vecto
     STRATA_CHECK(mirrored && &mirrored->strategy() == &strategy, where, ": variable '", var.name(), "' is a ",
                  var.impl().kind(), ", not a mirrored variable of this strategy; ZeRO-1 shards the optimizer state "
                  "of variables created in the strategy's scope");
+    // The update writes through a flat view of the component: a non-contiguous one would
+    // flatten into a copy, and the update would be lost.
+    STRATA_CHECK(var.value().is_contiguous(), where, ": variable '", var.name(),
+                 "' is not contiguous in memory; ZeRO-1 updates variables in place through a flat view");
     const std::vector<Variable> slot_vars = get_or_create_slots(var);
-    Item item{i, flat(var.value()), Tensor(), var.value().numel(), 0, 0, {}, Tensor()};
+    Item item{flat(var.value()), Tensor(), var.value().numel(), 0, 0, {}, Tensor()};
     for (const auto& sv : slot_vars) {
       auto* sharded = dynamic_cast<const ShardedSlotImpl*>(&sv.impl());
       STRATA_CHECK(sharded != nullptr, where, ": the slot '", sv.name(), "' is a ", sv.impl().kind(),

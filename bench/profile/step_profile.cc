@@ -1,5 +1,5 @@
-// strata-step-profile: runs the train suite's MLP or CNN step (bench/suite_train.cc, SGD
-// under the default strategy, fixed random inputs) in a loop of its own, so that a profiler
+// strata-step-profile: runs the train suite's MLP or CNN step (bench/suite_train.cc
+// make_trainer: SGD under the default strategy, fixed random inputs) in a loop of its own, so that a profiler
 // sees one workload only: `perf record -F 2000 build/bin/strata-step-profile cnn`, then
 // `bench/profile/classify.py perf.data` groups the samples by op class (bench/README.md
 // "Training-step profile"). Prints steps/s (wall clock) and CPU ms per step (process CPU
@@ -10,18 +10,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <functional>
 #include <memory>
 #include <string>
 
-#include <strata/autograd/tape.h>
-#include <strata/core/ops.h>
-#include <strata/core/random.h>
+#include "bench/bench.h"
 #include <strata/core/thread_pool.h>
-#include <strata/distribute/loss_scaling.h>
 #include <strata/distribute/strategy.h>
-#include <strata/train/losses.h>
-#include <strata/train/nn/nn.h>
-#include <strata/train/sgd.h>
 
 namespace {
 
@@ -64,31 +59,8 @@ int main(int argc, char** argv) {
       mirrored = std::make_unique<distribute::MirroredStrategy>(distribute::MirroredStrategy::cpu_devices(replicas));
     }
     distribute::Strategy& strategy = mirrored ? *mirrored : distribute::DefaultStrategy::instance();
-    nn::Sequential model;
-    optim::SGD opt(0.01);
-    {
-      auto scope = strategy.scope();
-      // The train suite's models (bench/suite_train.cc make_model).
-      model = cnn ? nn::Sequential{nn::Conv2D(1, 32, 3), nn::ReLU(), nn::Conv2D(32, 64, 3), nn::ReLU(),
-                                   nn::MaxPool2D(2), nn::Flatten(), nn::Dense(12 * 12 * 64, 128), nn::ReLU(),
-                                   nn::Dense(128, 10)}
-                  : nn::Sequential{nn::Dense(784, 512), nn::ReLU(), nn::Dense(512, 512), nn::ReLU(),
-                                   nn::Dense(512, 10)};
-      opt = optim::SGD(0.01);
-    }
-    const Tensor x = random::normal(cnn ? Shape{batch, 28, 28, 1} : Shape{batch, 784}, 1);
-    const Tensor y = cast(floor(random::uniform({batch}, 2, 0.0, 10.0)), kInt64);
-    auto it = strategy.experimental_distribute_dataset(data::Dataset::from_tensor_slices({x, y}).batch(batch))
-                  .make_iterator();
-    const auto per_replica_batch = *it.next();
-    auto replica_step = [&](const data::Batch& b) {
-      autograd::GradientTape tape;
-      Tensor loss = distribute::compute_average_loss(
-          losses::sparse_categorical_crossentropy(b[1], model(b[0]), true), batch);
-      opt.apply_gradients(tape.gradient(loss, model.trainable_variables()), model.trainable_variables());
-      return loss;
-    };
-    auto step = [&] { strategy.run(replica_step, per_replica_batch); };
+    // The train suite's workload, one step per call (bench/suite_train.cc).
+    const std::function<void()> step = bench::make_trainer(strategy, cnn, batch, 1);
     for (int i = 0; i < 3; ++i) step();  // warm-up: slots, caches, the allocator's free lists
     const double cpu0 = process_cpu_seconds();
     const auto t0 = std::chrono::steady_clock::now();

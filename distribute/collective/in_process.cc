@@ -258,7 +258,11 @@ Tensor flat(const Tensor& t) { return reshape(t, {t.numel()}); }
 // temporary, and no pass over the slice beyond those.
 void fold_into_every(const std::vector<Tensor>& in, const std::vector<Tensor>& out, ReduceOp op) {
   const Tensor& acc = out[0];
-  bool direct = op != ReduceOp::Mean && acc.dtype() != kBool && in.size() > 1;
+  if (in.size() == 1) {  // one rank: the reduction of a value is the value
+    out[0].copy_(in[0]);
+    return;
+  }
+  bool direct = op != ReduceOp::Mean && acc.dtype() != kBool;
   for (size_t r = 0; r < in.size(); ++r) {
     direct = direct && in[r].device().is_cpu() && out[r].device().is_cpu() && in[r].dtype() == acc.dtype() &&
              in[r].shape() == acc.shape();
@@ -339,15 +343,6 @@ void InProcessCommunicator::all_reduce_parts(const std::vector<Tensor>& parts, c
                output.defined() ? shape_str(output.shape()) : std::string("undefined"));
   InProcessGroup& g = *group_;
   const int n = g.size();
-  Tensor out = flat(output);
-  auto pack_own = [&] {
-    int64_t offset = 0;
-    for (const Tensor& p : parts) {
-      out.slice(0, offset, offset + p.numel()).copy_(flat(p));
-      offset += p.numel();
-    }
-  };
-  if (n == 1) return pack_own();
   g.inputs[size_t(rank_)] = output;
   g.input_lists[size_t(rank_)] = parts;
   g.sync(rank_, what);

@@ -401,16 +401,18 @@ class NcclCommunicator final : public Communicator {
   void watchdog_loop() {
     std::unique_lock<std::mutex> lock(mutex_);
     while (!stop_watchdog_) {
-      watchdog_cv_.wait_for(lock, std::chrono::milliseconds(in_flight_.empty() ? 50 : 5));
+      // Every 5 ms while a collective is in flight on a healthy communicator; a broken
+      // one has nothing left to watch.
+      watchdog_cv_.wait_for(lock, std::chrono::milliseconds(in_flight_.empty() || !broken_.empty() ? 50 : 5));
       if (stop_watchdog_ || in_flight_.empty() || !broken_.empty()) continue;
       CudaDeviceScope on(device_.index);
-      while (!in_flight_.empty() && cudaEventQuery(in_flight_.front().event->event) == cudaSuccess) {
+      cudaError_t e = cudaSuccess;
+      while (!in_flight_.empty() && (e = cudaEventQuery(in_flight_.front().event->event)) == cudaSuccess) {
         in_flight_.pop_front();
       }
       if (in_flight_.empty()) continue;
       const InFlight& f = in_flight_.front();
       std::string cause;
-      const cudaError_t e = cudaEventQuery(f.event->event);
       if (e != cudaErrorNotReady) {
         cause = std::string("the GPU reported an error: ") + cudaGetErrorString(e);
       } else {
@@ -461,13 +463,19 @@ class NcclCommunicator final : public Communicator {
   template <typename Enqueue>
   void run(const std::string& what, Enqueue&& enqueue_call) {
     // Collectives on the calling stream may need an asynchronous one's result: an earlier
-    // failure is reported first (stream order covers the rest, see the header).
+    // failure is reported first, and the calling stream waits for the asynchronous
+    // collectives still in flight, so this one runs after them (one communicator's
+    // collectives never run concurrently on two streams).
     poll_in_flight();
     const uint64_t my_call = begin_call(what);
     const auto deadline = nccl_deadline_after(timeout_);
     CudaDeviceScope on(device_.index);
     const Stream stream = current_stream(device_);
     cudaStream_t s = static_cast<cudaStream_t>(stream.native_handle());
+    if (!in_flight_.empty()) {
+      const cudaError_t w = cudaStreamWaitEvent(s, in_flight_.back().event->event, 0);
+      if (w != cudaSuccess) fail(what, std::string("cudaStreamWaitEvent failed: ") + cudaGetErrorString(w));
+    }
     enqueue(what, s, enqueue_call);
     // While it waits for its peers the replica gives its compute slot up (in_process.h):
     // with fewer cores than GPUs, the peer it waits for may need the slot to get here.

@@ -38,7 +38,9 @@
 // checks every few milliseconds and on a failure aborts the communicator, which ends the
 // GPU kernels waiting for a lost peer: a host read of a result ordered after the
 // collective returns instead of hanging, and the failure, naming the rank, is raised by
-// the next call on the communicator or by the work's synchronize(). The owner of the works must
+// the next call on the communicator or by the work's synchronize(). A synchronous call
+// made while asynchronous ones are in flight is ordered after them (its stream waits for
+// the last one's event). The owner of the works must
 // synchronize them before the communicator is destroyed or its group rebuilt (the
 // gradient reducer does at the end of each step); one left running makes the destructor
 // abort the NCCL communicator rather than wait for it.

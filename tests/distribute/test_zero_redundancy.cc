@@ -325,6 +325,21 @@ TEST_CASE("ZeRO-1: what cannot be sharded is refused by name", "[zero]") {
     CHECK_THROWS_WITH(s.run([&] { opt.apply_gradients({ones({4})}, {w}); }),
                       Catch::Contains("created before shard_optimizer_state was turned on"));
   }
+  SECTION("sharding turned off after sharded slots were made") {
+    MirroredStrategy s(MirroredStrategy::cpu_devices(2));
+    s.set_shard_optimizer_state(true);
+    Variable w;
+    optim::Optimizer opt;
+    {
+      auto scope = s.scope();
+      w = Variable(ones({4}));
+      opt = optim::Adam(0.1);
+    }
+    s.run([&] { opt.apply_gradients({ones({4})}, {w}); });
+    s.set_shard_optimizer_state(false);
+    CHECK_THROWS_WITH(s.run([&] { opt.apply_gradients({ones({4})}, {w}); }),
+                      Catch::Contains("is sharded") && Catch::Contains("sharding is now off"));
+  }
   SECTION("a variable created outside the strategy's scope") {
     MirroredStrategy s(MirroredStrategy::cpu_devices(2));
     s.set_shard_optimizer_state(true);
