@@ -40,7 +40,8 @@ void CommThread::loop() {
       error = std::current_exception();
     }
     item.fn = nullptr;  // drop what it captured before waiters resume
-    item.work->finish(error);
+    // Moved: once a waiter rethrows the error, this thread holds no reference to it.
+    item.work->finish(std::move(error));
   }
 }
 

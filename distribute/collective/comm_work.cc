@@ -16,7 +16,7 @@ void CommWork::finish(std::exception_ptr error) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     done_ = true;
-    error_ = error;
+    error_ = std::move(error);
   }
   cv_.notify_all();
 }
