@@ -36,6 +36,11 @@ struct CommunicationOptions {
   // on a communication thread, while backward goes on (PyTorch DDP); false: one
   // reduction of every gradient in apply_gradients, after backward.
   bool overlap_gradient_reduction = true;
+  // Multi-process CPU backends (Gloo): when every rank runs on this machine, all_reduce
+  // goes through one shared-memory segment instead of loopback TCP
+  // (distribute/collective/shared_memory_group.h); other collectives stay on TCP. Off, or
+  // implementation Ring, or ranks on several machines: TCP only.
+  bool shared_memory = true;
 };
 
 class Communicator {

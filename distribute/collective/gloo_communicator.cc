@@ -304,6 +304,16 @@ GlooCommunicator::GlooCommunicator(const GlooCommunicatorOptions& options)
     fail("gloo: ", options.member, " ", rank_, " of ", size_, " could not connect group '", prefix, "'",
          gone.empty() ? "" : ": " + gone, ": ", e.what());
   }
+  if (size_ > 1 && options.comm.shared_memory &&
+      options.comm.implementation == CommunicationImplementation::Auto) {
+    SharedMemoryGroupOptions shm;
+    shm.rank = rank_;
+    shm.size = size_;
+    shm.store = &store;
+    shm.prefix = prefix;
+    shm.timeout_seconds = options.comm.timeout_seconds;
+    shm_ = SharedMemoryGroup::join(shm, &shm_unavailable_);
+  }
 }
 
 GlooCommunicator::~GlooCommunicator() {
@@ -312,6 +322,7 @@ GlooCommunicator::~GlooCommunicator() {
 
 const char* GlooCommunicator::allreduce_algorithm(int64_t bytes) const {
   if (options_.comm.implementation == CommunicationImplementation::Ring) return "ring";
+  if (shm_) return "shared_memory";
   const int64_t direct_max = options_.direct_max_bytes >= 0 ? options_.direct_max_bytes
                              : size_ <= 2                    ? int64_t(512) << 10
                                                              : int64_t(768) << 10;
@@ -433,6 +444,7 @@ void GlooCommunicator::fail_call(const Call& call, const std::string& cause) {
   if (monitor_) os << ", stall timeout " << seconds_str(options_.comm.stall_timeout_seconds);
   os << "): " << d.text << "; gloo said: " << cause;
   broken_ = os.str();
+  if (shm_) shm_->abort();  // releases the peers waiting in shared memory
   if (d.rank >= 0) {
     broken_by_peer_ = PeerFailure(broken_, options_.member, d.rank, d.cause);
     throw *broken_by_peer_;
@@ -445,6 +457,7 @@ void GlooCommunicator::fail_call(const Call& call, const std::string& cause) {
 // addresses (each pair's own) and shut down, not closed: Gloo still owns and closes the
 // descriptors, so none can be reused under it.
 void GlooCommunicator::abort_connections() {
+  if (shm_) shm_->abort();
   if (!context_) return;
   std::vector<sockaddr_storage> mine;
   for (int r = 0; r < size_; ++r) {
@@ -617,6 +630,12 @@ void GlooCommunicator::reduce_raw(void* data, DType dtype, int64_t n, ReduceOp o
   if (size_ == 1 || n == 0) return;
   const size_t element_size = dtype_size(dtype);
   const int64_t bytes = n * int64_t(element_size);
+  if (shm_) {
+    const CombineFn combine = combine_for(dtype, op, call.op);
+    const auto deadline = SharedMemoryGroup::Clock::now() + to_millis(options_.comm.timeout_seconds);
+    run(call, [&] { shm_->all_reduce(data, size_t(bytes), element_size, combine, deadline); });
+    return;
+  }
   const char* algorithm = allreduce_algorithm(bytes);
   if (algorithm[0] == 'd') {
     const CombineFn combine = combine_for(dtype, op, call.op);

@@ -39,6 +39,7 @@
 #include <strata/distribute/collective/communicator.h>
 #include <strata/distribute/collective/heartbeat.h>
 #include <strata/distribute/collective/peer_failure.h>
+#include <strata/distribute/collective/shared_memory_group.h>
 
 namespace gloo {
 class Context;
@@ -74,6 +75,8 @@ struct GlooCommunicatorOptions {
   //    holds at most 8 segments (4 MB) per peer and lives as long as the communicator.
   //  - Gloo's "bcube" (recursive halving-doubling) below ring_min_bytes;
   //  - Gloo's pipelined, bandwidth-optimal "ring" from ring_min_bytes.
+  // All of this only over TCP: when the ranks share this machine (comm.shared_memory),
+  // all_reduce goes through shared memory instead, at every size ("shared_memory").
   // -1 (the defaults) picks by group size, from loopback measurements (strata-bench
   // collectives, bench/README.md): with 2 ranks direct up to 512 KB and from 16 MB
   // (between them Gloo's own algorithms were faster: the direct exchange measured
@@ -115,10 +118,14 @@ class GlooCommunicator final : public Communicator {
   void reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op) override;
   void barrier() override;
 
-  // "direct", "bcube" or "ring": the algorithm all_reduce uses for a buffer of `bytes`
-  // (GlooCommunicatorOptions::direct_max_bytes). reduce_scatter always runs the direct
-  // exchange on each rank's slice.
+  // "shared_memory", "direct", "bcube" or "ring": the algorithm all_reduce uses for a
+  // buffer of `bytes` (GlooCommunicatorOptions::direct_max_bytes). reduce_scatter always
+  // runs the direct exchange on each rank's slice.
   const char* allreduce_algorithm(int64_t bytes) const;
+  // Whether all_reduce goes through shared memory, and if not although
+  // comm.shared_memory asked for it, why (another machine, no /dev/shm, ...).
+  bool uses_shared_memory() const { return shm_ != nullptr; }
+  const std::string& shared_memory_unavailable() const { return shm_unavailable_; }
   // The connected Gloo context (for benchmarks that call Gloo directly).
   const std::shared_ptr<gloo::Context>& gloo_context() const { return context_; }
 
@@ -157,6 +164,8 @@ class GlooCommunicator final : public Communicator {
   size_t scratch_bytes_ = 0;
   std::string broken_;  // why the communicator is unusable; empty while healthy
   std::optional<PeerFailure> broken_by_peer_;  // when a peer caused it
+  std::unique_ptr<SharedMemoryGroup> shm_;  // every rank on this machine (comm.shared_memory)
+  std::string shm_unavailable_;
   std::unique_ptr<HeartbeatMonitor> monitor_;  // with options_.heartbeat_store
 };
 #endif

@@ -177,6 +177,7 @@ TEST_CASE("Gloo all_reduce: direct, bcube and ring all reduce correctly at every
       INFO("ranks: " << size << ", " << algorithm << " everywhere");
       GroupSpec spec{size};
       spec.tweak = [algorithm](GlooCommunicatorOptions& o) {
+        o.comm.shared_memory = false;  // TCP: the algorithms under test
         if (algorithm == "ring") o.comm.implementation = CommunicationImplementation::Ring;
         o.direct_max_bytes = algorithm == "direct" ? (int64_t(1) << 40) : 0;
         o.direct_again_bytes = int64_t(1) << 41;
@@ -196,9 +197,11 @@ TEST_CASE("Gloo all_reduce: direct, bcube and ring all reduce correctly at every
     }
   }
 #ifdef STRATA_HAS_GLOO
-  // The defaults: with 2 ranks the direct exchange up to 512 KB and from 16 MB, Gloo's
-  // algorithms between.
-  require_all_ok(run_group({2}, [](int, Communicator& comm) -> std::string {
+  // The defaults over TCP: with 2 ranks the direct exchange up to 512 KB and from 16 MB,
+  // Gloo's algorithms between.
+  GroupSpec tcp2{2};
+  tcp2.tweak = [](GlooCommunicatorOptions& o) { o.comm.shared_memory = false; };
+  require_all_ok(run_group(tcp2, [](int, Communicator& comm) -> std::string {
     auto& gc = dynamic_cast<GlooCommunicator&>(comm);
     if (std::string(gc.allreduce_algorithm(1024)) != "direct") return "1 KB should use direct";
     if (std::string(gc.allreduce_algorithm(512 << 10)) != "direct") return "512 KB should use direct";
@@ -209,7 +212,9 @@ TEST_CASE("Gloo all_reduce: direct, bcube and ring all reduce correctly at every
     return {};
   }));
   // Larger groups: direct up to 768 KB (each rank sends n-1 copies), then bcube below 16 MB.
-  require_all_ok(run_group({4}, [](int, Communicator& comm) -> std::string {
+  GroupSpec tcp4{4};
+  tcp4.tweak = tcp2.tweak;
+  require_all_ok(run_group(tcp4, [](int, Communicator& comm) -> std::string {
     auto& gc = dynamic_cast<GlooCommunicator&>(comm);
     if (std::string(gc.allreduce_algorithm(768 << 10)) != "direct") return "768 KB with 4 ranks should use direct";
     if (std::string(gc.allreduce_algorithm(1 << 20)) != "bcube") return "1 MB with 4 ranks should use bcube";
@@ -220,7 +225,8 @@ TEST_CASE("Gloo all_reduce: direct, bcube and ring all reduce correctly at every
 #endif
 }
 
-TEST_CASE("Gloo direct all_reduce sums in rank order: every rank gets the same bits", "[gloo]") {
+TEST_CASE("Gloo all_reduce sums in rank order, direct and through shared memory: every rank gets the same bits",
+          "[gloo]") {
   if (skip_without_gloo()) return;
   // Values whose float sums depend on the order of addition; more segments than the
   // exchange keeps in flight (its window), so scratch slots are reused.
@@ -238,28 +244,48 @@ TEST_CASE("Gloo direct all_reduce sums in rank order: every rank gets the same b
       const auto v = values(r);
       for (int64_t i = 0; i < count; ++i) want[size_t(i)] += v[size_t(i)];
     }
+    for (bool shared : {false, true}) {
+    INFO((shared ? "shared memory" : "direct over TCP"));
     GroupSpec spec{size};
-    spec.tweak = [](GlooCommunicatorOptions& o) { o.direct_max_bytes = int64_t(1) << 40; };
+    spec.tweak = [shared](GlooCommunicatorOptions& o) {
+      o.direct_max_bytes = int64_t(1) << 40;
+      o.comm.shared_memory = shared;
+    };
     require_all_ok(run_group(spec, [&](int rank, Communicator& comm) -> std::string {
+#ifdef STRATA_HAS_GLOO
+      auto& gc = dynamic_cast<GlooCommunicator&>(comm);
+      if (gc.uses_shared_memory() != shared) return "shared memory in use: " + std::to_string(gc.uses_shared_memory());
+#endif
       Tensor t = Tensor::from_vector(values(rank));
       comm.all_reduce(t, ReduceOp::Sum);
       const float* got = t.data<float>();
       for (int64_t i = 0; i < count; ++i)
         if (std::memcmp(&got[i], &want[size_t(i)], sizeof(float)) != 0)
           return "element " + std::to_string(i) + " differs from the rank-order sum";
+      // Again: the shared-memory slots are reused across calls.
+      t = Tensor::from_vector(values(rank));
+      comm.all_reduce(t, ReduceOp::Sum);
+      if (std::memcmp(t.data<float>(), want.data(), want.size() * sizeof(float)) != 0) return "second call differs";
       return {};
     }));
+    }
   }
 }
 
-TEST_CASE("Gloo direct all_reduce: NaN in max and min as std::max and std::min fold it", "[gloo]") {
+TEST_CASE("Gloo direct and shared-memory all_reduce: NaN in max and min as std::max and std::min fold it",
+          "[gloo]") {
   if (skip_without_gloo()) return;
   // Rank r holds r + 1 everywhere but element r, which is NaN. Folding in rank order with
   // std::max / std::min (as gloo::max and gloo::min do) keeps a NaN already in the running
   // result and drops one that arrives later: only rank 0's NaN survives. A sum keeps all.
   const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (bool shared : {false, true}) {
+  INFO((shared ? "shared memory" : "direct over TCP"));
   GroupSpec spec{3};
-  spec.tweak = [](GlooCommunicatorOptions& o) { o.direct_max_bytes = int64_t(1) << 40; };
+  spec.tweak = [shared](GlooCommunicatorOptions& o) {
+    o.direct_max_bytes = int64_t(1) << 40;
+    o.comm.shared_memory = shared;
+  };
   require_all_ok(run_group(spec, [nan](int rank, Communicator& comm) -> std::string {
     const std::vector<std::pair<ReduceOp, std::vector<float>>> cases = {
         {ReduceOp::Max, {nan, 3, 2, 3}}, {ReduceOp::Min, {nan, 1, 1, 1}}, {ReduceOp::Sum, {nan, nan, nan, 6}}};
@@ -278,6 +304,7 @@ TEST_CASE("Gloo direct all_reduce: NaN in max and min as std::max and std::min f
     }
     return {};
   }));
+  }
 }
 
 TEST_CASE("Gloo broadcast from every root, any dtype", "[gloo]") {
@@ -554,6 +581,68 @@ TEST_CASE("Gloo: a rank whose process is gone is named by the survivors", "[gloo
     CHECK(reports[size_t(r)].find("rank 2 is gone") != std::string::npos);
     CHECK(took[size_t(r)] < 5.0 + 3.0);
   }
+}
+
+TEST_CASE("Gloo on one machine all-reduces through shared memory unless told not to", "[gloo]") {
+  if (skip_without_gloo()) return;
+#ifdef STRATA_HAS_GLOO
+  for (std::string mode : {"default", "off", "ring"}) {
+    INFO(mode);
+    GroupSpec spec{3};
+    spec.tweak = [mode](GlooCommunicatorOptions& o) {
+      if (mode == "off") o.comm.shared_memory = false;
+      if (mode == "ring") o.comm.implementation = CommunicationImplementation::Ring;
+    };
+    require_all_ok(run_group(spec, [mode](int rank, Communicator& comm) -> std::string {
+      auto& gc = dynamic_cast<GlooCommunicator&>(comm);
+      const bool want = mode == "default";
+      if (gc.uses_shared_memory() != want) return "uses_shared_memory: " + gc.shared_memory_unavailable();
+      const std::string algorithm = gc.allreduce_algorithm(1 << 20);
+      if (want && algorithm != "shared_memory") return "algorithm " + algorithm;
+      if (!want && algorithm == "shared_memory") return "shared memory although " + mode;
+      // Several chunks, an odd tail, and every op.
+      for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min})
+        if (auto r = check_all_reduce(rank, comm, (int64_t(5) << 18) + 3, kFloat32, op); !r.empty()) return r;
+      return {};
+    }));
+  }
+#endif
+}
+
+TEST_CASE("Gloo shared memory: a rank whose collective fails releases the ranks waiting for it", "[gloo]") {
+  if (skip_without_gloo()) return;
+  // Rank 1 never enters the all_reduce. Rank 0 gives up after its 1 s timeout; rank 2,
+  // whose own timeout is 20 s, must not wait that long: rank 0's failure aborts the group.
+  std::promise<void> finished;
+  auto done = finished.get_future().share();
+  std::atomic<int> failed{0};
+  std::vector<double> took(3, 0.0);
+  GroupSpec spec{3, 20.0};
+  spec.tweak = [](GlooCommunicatorOptions& o) { o.comm.timeout_seconds = o.rank == 0 ? 1.0 : 20.0; };
+  auto reports = run_group(spec, [&](int rank, Communicator& comm) -> std::string {
+    if (rank == 1) {
+      done.wait_for(std::chrono::seconds(30));
+      return {};
+    }
+    Tensor t = filled(rank, {1000}, kFloat32);
+    const auto t0 = Clock::now();
+    std::string message = "all_reduce succeeded without rank 1";
+    try {
+      comm.all_reduce(t, ReduceOp::Sum);
+    } catch (const Error& e) {
+      message = e.what();
+    }
+    took[size_t(rank)] = since(t0);
+    if (++failed == 2) finished.set_value();
+    return message;
+  });
+  INFO(reports[0] << "\n" << reports[2]);
+  CHECK(reports[0].find("gloo all_reduce failed on rank 0 of 3") != std::string::npos);
+  CHECK(reports[0].find("rank 1 did not arrive") != std::string::npos);
+  CHECK(reports[2].find("rank 0 aborted the group") != std::string::npos);
+  CHECK(took[0] >= 0.9);
+  CHECK(took[2] < 1.0 + 5.0);
+  CHECK(reports[1].empty());
 }
 
 // ---- real processes ----

@@ -1,0 +1,340 @@
+#include <strata/distribute/collective/shared_memory_group.h>
+
+#include <strata/core/error.h>
+#include <strata/distribute/collective/tcp_store.h>
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+namespace strata::distribute {
+
+namespace {
+
+constexpr uint64_t kMagic = 0x7374726174617368ull;  // "stratash"
+constexpr size_t kLine = 64;
+// How long a waiter polls before it sleeps on the futex: long enough to catch a peer
+// that arrives within a few microseconds (the usual case in a synchronous step), short
+// enough not to take a core from work that shares it for long.
+constexpr auto kPoll = std::chrono::microseconds(50);
+// The longest single futex sleep: how often a sleeping waiter checks its peers' processes,
+// the abort flag and the deadline.
+constexpr auto kSleepSlice = std::chrono::milliseconds(10);
+
+void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#endif
+}
+
+uint64_t load(const uint64_t& v) { return std::atomic_ref<const uint64_t>(v).load(std::memory_order_acquire); }
+uint32_t load32(const uint32_t& v) { return std::atomic_ref<const uint32_t>(v).load(std::memory_order_seq_cst); }
+
+// The start time of a process (field 22 of /proc/<pid>/stat, in clock ticks since boot),
+// or 0 when it has exited (gone, or a zombie waiting for its parent).
+uint64_t process_start_time(int64_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  if (!in || !std::getline(in, text)) return 0;
+  const size_t paren = text.rfind(')');  // the command name may hold spaces and parentheses
+  if (paren == std::string::npos) return 0;
+  std::istringstream fields(text.substr(paren + 1));
+  std::string state;
+  fields >> state;  // field 3
+  if (state == "Z" || state == "X" || state == "x") return 0;
+  std::string skip;
+  for (int field = 4; field < 22; ++field) fields >> skip;
+  uint64_t start = 0;
+  fields >> start;
+  return fields ? start : 0;
+}
+
+std::string random_hex(size_t bytes) {
+  std::random_device device;
+  std::string out;
+  static const char* digits = "0123456789abcdef";
+  for (size_t i = 0; i < bytes; ++i) {
+    const unsigned v = device() & 0xff;
+    out += digits[v >> 4];
+    out += digits[v & 15];
+  }
+  return out;
+}
+
+std::string errno_text(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
+
+}  // namespace
+
+// The segment: this header, one RankState per rank, then two slots of chunk_bytes per rank.
+struct SharedMemoryGroup::Header {
+  uint64_t magic;
+  char token[32];
+  uint32_t size;
+  uint32_t pad;
+  uint64_t chunk_bytes;
+  // Bumped after every publication; waiters sleep on it (a futex word).
+  alignas(kLine) uint32_t epoch;
+  uint32_t sleepers;    // waiters asleep or about to sleep on `epoch`
+  uint32_t aborted_by;  // 0 while healthy, else 1 + the rank that aborted the group
+};
+
+struct SharedMemoryGroup::RankState {
+  alignas(kLine) uint64_t arrived;  // the last round whose chunk this rank has staged
+  alignas(kLine) uint64_t done;     // the last round this rank has finished reading
+  uint32_t closed;                  // 1 once this rank's group is destroyed: it comes no more
+  int64_t pid;
+  uint64_t start_time;
+};
+
+namespace {
+size_t segment_bytes(int size, size_t chunk) {
+  return 4096 + size_t(size) * 256 + size_t(size) * 2 * chunk;
+}
+}  // namespace
+
+SharedMemoryGroup::SharedMemoryGroup(int rank, int size, size_t chunk_bytes, void* base, size_t mapped_bytes)
+    : rank_(rank), size_(size), chunk_bytes_(chunk_bytes), base_(base), mapped_bytes_(mapped_bytes) {}
+
+SharedMemoryGroup::~SharedMemoryGroup() {
+  // Peers waiting for a round this rank never reaches fail at once instead of at their
+  // timeout (as closing a TCP connection wakes them); rounds it finished stay readable.
+  std::atomic_ref<uint32_t>(state(rank_).closed).store(1, std::memory_order_seq_cst);
+  wake_all();
+  ::munmap(base_, mapped_bytes_);
+}
+
+void SharedMemoryGroup::wake_all() {
+  Header& h = header();
+  std::atomic_ref<uint32_t>(h.epoch).fetch_add(1, std::memory_order_seq_cst);
+  ::syscall(SYS_futex, &h.epoch, FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+SharedMemoryGroup::Header& SharedMemoryGroup::header() const { return *static_cast<Header*>(base_); }
+
+SharedMemoryGroup::RankState& SharedMemoryGroup::state(int rank) const {
+  static_assert(sizeof(Header) <= 4096 && sizeof(RankState) <= 256);
+  return *reinterpret_cast<RankState*>(static_cast<uint8_t*>(base_) + 4096 + size_t(rank) * 256);
+}
+
+uint8_t* SharedMemoryGroup::slot(int rank, uint64_t round) const {
+  const size_t index = size_t(rank) * 2 + size_t(round & 1);
+  return static_cast<uint8_t*>(base_) + 4096 + size_t(size_) * 256 + index * chunk_bytes_;
+}
+
+std::unique_ptr<SharedMemoryGroup> SharedMemoryGroup::join(const SharedMemoryGroupOptions& o, std::string* why_not) {
+  STRATA_CHECK(o.store != nullptr, "SharedMemoryGroup: no store given");
+  STRATA_CHECK(o.size >= 1 && o.rank >= 0 && o.rank < o.size, "SharedMemoryGroup: rank ", o.rank,
+               " is out of range for a group of ", o.size);
+  STRATA_CHECK(o.chunk_bytes >= 8 && o.chunk_bytes % 8 == 0, "SharedMemoryGroup: chunk_bytes must be a positive "
+               "multiple of 8, got ", o.chunk_bytes);
+  TcpStore& store = *o.store;
+  const auto key = [&](const std::string& k) { return o.prefix + "/shm/" + k; };
+  const size_t bytes = segment_bytes(o.size, o.chunk_bytes);
+  std::string problem;  // this rank's reason not to share, empty while all is well
+  std::string name, token;
+  int fd = -1;
+  void* base = MAP_FAILED;
+
+  if (o.rank == 0) {
+    name = "/strata-" + random_hex(16);
+    token = random_hex(16);
+    fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0) {
+      problem = errno_text(("shm_open " + name).c_str());
+    } else if (::ftruncate(fd, off_t(bytes)) != 0) {
+      problem = errno_text("ftruncate");
+    } else if ((base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
+      problem = errno_text("mmap");
+    } else {
+      // Written before the name is published: the store orders them for the peers.
+      auto* h = static_cast<Header*>(base);
+      h->magic = kMagic;
+      std::memcpy(h->token, token.data(), sizeof(h->token));
+      h->size = uint32_t(o.size);
+      h->chunk_bytes = o.chunk_bytes;
+    }
+    store.set(key("segment"), problem.empty() ? name + " " + token : std::string());
+  } else {
+    store.wait({key("segment")}, o.timeout_seconds);
+    const std::string published = store.get(key("segment"), o.timeout_seconds);
+    const size_t space = published.find(' ');
+    if (space == std::string::npos) {
+      problem = "rank 0 could not create a shared-memory segment";
+    } else {
+      name = published.substr(0, space);
+      token = published.substr(space + 1);
+      fd = ::shm_open(name.c_str(), O_RDWR, 0);
+      struct stat st {};
+      if (fd < 0) {
+        problem = errno_text(("shm_open " + name + " (another machine or IPC namespace?)").c_str());
+      } else if (::fstat(fd, &st) != 0 || size_t(st.st_size) != bytes) {
+        problem = "the segment " + name + " has an unexpected size";
+      }
+    }
+  }
+  if (problem.empty() && o.rank != 0) {
+    base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (base == MAP_FAILED) {
+      problem = errno_text("mmap");
+    } else {
+      const auto* h = static_cast<const Header*>(base);
+      if (h->magic != kMagic || std::memcmp(h->token, token.data(), sizeof(h->token)) != 0 ||
+          h->size != uint32_t(o.size) || h->chunk_bytes != o.chunk_bytes)
+        problem = "the segment " + name + " is not this group's";
+    }
+  }
+  if (fd >= 0) ::close(fd);
+  if (problem.empty()) {
+    auto* me = reinterpret_cast<RankState*>(static_cast<uint8_t*>(base) + 4096 + size_t(o.rank) * 256);
+    me->pid = ::getpid();
+    me->start_time = process_start_time(me->pid);
+    if (me->start_time == 0) problem = "cannot read /proc/self/stat";
+  }
+  const auto unmap = [&] {
+    if (base != MAP_FAILED) ::munmap(base, bytes);
+    base = MAP_FAILED;
+  };
+  // Agreement: every rank must have succeeded, else every rank falls back.
+  const auto agree = [&](const std::string& round) {
+    store.set(key(round + "/" + std::to_string(o.rank)), problem.empty() ? "ok" : problem);
+    std::vector<std::string> keys;
+    for (int r = 0; r < o.size; ++r) keys.push_back(key(round + "/" + std::to_string(r)));
+    store.wait(keys, o.timeout_seconds);
+    for (int r = 0; r < o.size; ++r) {
+      const std::string v = store.get(keys[size_t(r)], o.timeout_seconds);
+      if (v != "ok") return "rank " + std::to_string(r) + ": " + v;
+    }
+    return std::string();
+  };
+  std::string verdict = agree("joined");
+  if (o.rank == 0 && !name.empty()) ::shm_unlink(name.c_str());  // every rank has opened it, or given up
+  if (verdict.empty()) {
+    // Each rank must see every peer's process (the same PID namespace), or a dead peer
+    // could not be told from a live one.
+    auto* states = static_cast<uint8_t*>(base) + 4096;
+    for (int r = 0; r < o.size && problem.empty(); ++r) {
+      const auto* s = reinterpret_cast<const RankState*>(states + size_t(r) * 256);
+      if (process_start_time(s->pid) != s->start_time)
+        problem = "cannot see rank " + std::to_string(r) + "'s process (another PID namespace?)";
+    }
+    verdict = agree("verified");
+  }
+  if (!verdict.empty()) {
+    unmap();
+    if (why_not) *why_not = verdict;
+    return nullptr;
+  }
+  return std::unique_ptr<SharedMemoryGroup>(new SharedMemoryGroup(o.rank, o.size, o.chunk_bytes, base, bytes));
+}
+
+void SharedMemoryGroup::publish(uint64_t RankState::*field, uint64_t value) {
+  std::atomic_ref<uint64_t>(state(rank_).*field).store(value, std::memory_order_release);
+  Header& h = header();
+  std::atomic_ref<uint32_t>(h.epoch).fetch_add(1, std::memory_order_seq_cst);
+  if (load32(h.sleepers) != 0)
+    ::syscall(SYS_futex, &h.epoch, FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+void SharedMemoryGroup::abort() {
+  aborted_here_.store(true);
+  Header& h = header();
+  uint32_t healthy = 0;
+  std::atomic_ref<uint32_t>(h.aborted_by).compare_exchange_strong(healthy, uint32_t(rank_) + 1);
+  wake_all();
+}
+
+void SharedMemoryGroup::fail_wait(const char* what, uint64_t target, const std::string& cause) const {
+  std::ostringstream os;
+  os << "shared-memory all_reduce: rank " << rank_ << " of " << size_ << " waiting for every rank to have " << what
+     << " round " << target << ": " << cause;
+  throw std::runtime_error(os.str());
+}
+
+void SharedMemoryGroup::wait_for_all(uint64_t RankState::*field, uint64_t target, Clock::time_point deadline) {
+  const char* what = field == &RankState::arrived ? "staged" : "read";
+  int next = 0;  // the first rank not yet seen at `target`
+  const auto ready = [&] {
+    for (; next < size_; ++next)
+      if (next != rank_ && load(state(next).*field) < target) return false;
+    return true;
+  };
+  Header& h = header();
+  const auto check_abort = [&] {
+    if (aborted_here_.load()) fail_wait(what, target, "the group was aborted on this rank (a peer stalled)");
+    if (const uint32_t by = load32(h.aborted_by); by != 0)
+      fail_wait(what, target, "rank " + std::to_string(by - 1) + " aborted the group (a collective failed there)");
+  };
+  if (ready()) return;
+  // Poll: a peer usually arrives within microseconds. Yielding lets a thread that shares
+  // this core (the replica's own backward pass) run meanwhile.
+  const auto poll_end = Clock::now() + kPoll;
+  for (int spins = 0; Clock::now() < poll_end; ++spins) {
+    for (int i = 0; i < 16; ++i) cpu_relax();
+    if (ready()) return;
+    if ((spins & 7) == 7) std::this_thread::yield();
+  }
+  // Then sleep on the futex, checking between slices what could keep the peer away.
+  for (;;) {
+    if (ready()) return;
+    check_abort();
+    const RankState& peer = state(next);
+    if (load32(peer.closed) != 0)
+      fail_wait(what, target, "rank " + std::to_string(next) + " closed its communicator before reaching it");
+    const auto now = Clock::now();
+    if (now >= deadline) fail_wait(what, target, "rank " + std::to_string(next) + " did not arrive before the timeout");
+    if (process_start_time(peer.pid) != peer.start_time)
+      fail_wait(what, target, "rank " + std::to_string(next) + " (pid " + std::to_string(peer.pid) + ") has exited");
+    std::atomic_ref<uint32_t>(h.sleepers).fetch_add(1, std::memory_order_seq_cst);
+    const uint32_t seen = load32(h.epoch);
+    if (!ready() && load32(h.aborted_by) == 0 && !aborted_here_.load() && load32(peer.closed) == 0) {
+      const auto slice = std::min<Clock::duration>(kSleepSlice, deadline - now);
+      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(slice).count();
+      timespec ts{time_t(ns / 1000000000), long(ns % 1000000000)};
+      ::syscall(SYS_futex, &h.epoch, FUTEX_WAIT, seen, &ts, nullptr, 0);
+    }
+    std::atomic_ref<uint32_t>(h.sleepers).fetch_sub(1, std::memory_order_seq_cst);
+  }
+}
+
+void SharedMemoryGroup::all_reduce(void* data, size_t bytes, size_t element_size, Combine combine,
+                                   Clock::time_point deadline) {
+  STRATA_CHECK(element_size > 0 && chunk_bytes_ % element_size == 0 && bytes % element_size == 0,
+               "SharedMemoryGroup::all_reduce: ", bytes, " bytes are not whole elements of ", element_size,
+               " bytes fitting chunks of ", chunk_bytes_);
+  auto* out = static_cast<uint8_t*>(data);
+  for (size_t offset = 0; offset < bytes; offset += chunk_bytes_) {
+    const size_t length = std::min(chunk_bytes_, bytes - offset);
+    const uint64_t round = round_ + 1;
+    // The slot of this parity was last read in round - 2.
+    if (round > 2) wait_for_all(&RankState::done, round - 2, deadline);
+    std::memcpy(slot(rank_, round), out + offset, length);
+    publish(&RankState::arrived, round);
+    wait_for_all(&RankState::arrived, round, deadline);
+    const size_t n = length / element_size;
+    uint8_t* o = out + offset;
+    combine(o, slot(0, round), slot(1, round), n);
+    for (int q = 2; q < size_; ++q) combine(o, o, slot(q, round), n);
+    publish(&RankState::done, round);
+    round_ = round;
+  }
+}
+
+}  // namespace strata::distribute
