@@ -79,6 +79,7 @@ void GradientReducer::launch(DType dtype) {
   // The transport fills the buffer: no packing here, on the thread running backward
   // (a stream transport excepted: its packing kernels are only enqueued, below).
   bucket.buffer = Tensor::empty({offset}, dtype, bucket.gradients[0].device());
+  bucket.sums = std::make_shared<Tensor>(bucket.buffer);
   std::string what = "gradient bucket " + std::to_string(index) + " (" + dtype_name(dtype) + "[" +
                      std::to_string(offset) + "]:";
   for (size_t k = 0; k < bucket.names.size(); ++k) what += (k ? ", " : " ") + bucket.names[k];
@@ -96,14 +97,14 @@ void GradientReducer::launch(DType dtype) {
     }
   } else if (thread_) {
     bucket.work = thread_->submit(
-        what, [transport = &transport_, gradients = bucket.gradients, buffer = bucket.buffer, what] {
+        what, [transport = &transport_, gradients = bucket.gradients, sums = bucket.sums, what] {
           autograd::StopRecording no_tape;
-          (*transport)(gradients, buffer, what);
+          (*transport)(gradients, *sums, what);
         });
   } else {
     std::exception_ptr error;
     try {
-      transport_(bucket.gradients, bucket.buffer, what);
+      transport_(bucket.gradients, *bucket.sums, what);
     } catch (...) {
       error = std::current_exception();
     }
@@ -144,7 +145,7 @@ std::vector<Tensor> GradientReducer::take(const std::vector<Tensor>& gradients) 
     if (it == slots_.end()) continue;
     Bucket& bucket = launched_[it->second.first];
     bucket.taken = true;
-    out[i] = unpack(bucket.buffer, it->second.second, gradients[i]);
+    out[i] = unpack(*bucket.sums, it->second.second, gradients[i]);
   }
   return out;
 }

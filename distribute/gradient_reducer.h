@@ -58,10 +58,12 @@ class GradientReducer final : public autograd::GradientReadyHook {
   // contents on entry are undefined) the sum over every replica (of every worker) of the
   // concatenation of this replica's flattened `gradients`. A transport that reduces a
   // buffer in place packs first (pack_into); the in-process one folds straight from the
-  // gradients (InProcessCommunicator::all_reduce_parts). `what` names the bucket:
+  // gradients (InProcessCommunicator::all_reduce_parts). A transport may instead point
+  // `bucket` at a tensor holding the sums that other replicas share (replicas of one
+  // process on logical CPU devices: all_reduce_parts_shared); take() then hands out
+  // views of it, which nobody writes. `what` names the bucket:
   // "gradient bucket 0 (float32[1024]: dense/kernel, dense/bias)".
-  using Transport =
-      std::function<void(const std::vector<Tensor>& gradients, const Tensor& bucket, const std::string& what)>;
+  using Transport = std::function<void(const std::vector<Tensor>& gradients, Tensor& bucket, const std::string& what)>;
 
   // Starts summing `bucket` (this replica's gradients, packed by the reducer on the
   // calling thread's current stream) in place over every replica and returns its work at
@@ -127,7 +129,10 @@ class GradientReducer final : public autograd::GradientReadyHook {
     std::vector<Tensor> gradients;
     std::vector<std::string> names;
     int64_t bytes = 0;
-    Tensor buffer;  // the summed gradients, flat
+    Tensor buffer;  // this replica's flat buffer for the sums
+    // Where the transport left the sums: `buffer`, or a tensor replicas share. Written by
+    // the communication thread before the work completes.
+    std::shared_ptr<Tensor> sums;
     std::shared_ptr<CommWork> work;
     bool taken = false;  // take() handed out some of its sums
   };

@@ -160,11 +160,16 @@ GradientReducer* LocalReplicaContext::gradient_hook() {
     // the replicas computing backward are using.
     const int limit = thread_parallelism_limit();
     reducer_ = std::make_unique<GradientReducer>(
-        [this, limit](const std::vector<Tensor>& gradients, const Tensor& bucket, const std::string& what) {
+        [this, limit](const std::vector<Tensor>& gradients, Tensor& bucket, const std::string& what) {
           set_thread_parallelism_limit(limit);
           if (!strategy_.worker_communicator() && !strategy_.local_collectives()) {
-            // Replicas of one process: summed straight from every replica's gradients.
-            gradient_comm_.all_reduce_parts(gradients, bucket, ReduceOp::Sum, what);
+            // Replicas of one process: summed straight from every replica's gradients;
+            // on logical CPU devices (one memory) into one bucket all replicas read,
+            // instead of a copy of the sums per replica.
+            if (device_.is_cpu())
+              bucket = gradient_comm_.all_reduce_parts_shared(gradients, bucket, ReduceOp::Sum, what);
+            else
+              gradient_comm_.all_reduce_parts(gradients, bucket, ReduceOp::Sum, what);
             return;
           }
           GradientReducer::pack_into(gradients, bucket);

@@ -43,7 +43,9 @@ class ReplicaContext {
   Tensor all_reduce(ReduceOp op, const Tensor& value) { return all_reduce(op, std::vector<Tensor>{value})[0]; }
   // Sums gradients across replicas (Optimizer::apply_gradients' aggregation): the same
   // result as all_reduce(Sum, grads), but gradients already being reduced while backward
-  // ran (distribute/gradient_reducer.h) are taken from their buckets.
+  // ran (distribute/gradient_reducer.h) are taken from their buckets. Replicas of one
+  // process on logical CPU devices may get views of one shared bucket: read the sums,
+  // never write into them (as TensorFlow's tensors, they are values).
   virtual std::vector<Tensor> sum_gradients(const std::vector<Tensor>& grads) { return all_reduce(ReduceOp::Sum, grads); }
   // Concatenates every replica's value along `axis` (extents along axis may differ).
   virtual Tensor all_gather(const Tensor& value, int64_t axis) = 0;

@@ -227,7 +227,9 @@ void Optimizer::apply_gradients(const std::vector<Tensor>& grads, const std::vec
   auto update_one = [&](size_t i) {
     const Tensor param = vars[i].value();
     Tensor grad = g[i];
-    if (grad.device() != param.device()) grad = grad.to(param.device());
+    // Logical CPU devices share memory: a gradient summed into a bucket every replica
+    // reads (gradient_reducer.h) is used where it is, not copied.
+    if (!same_memory(grad.device(), param.device())) grad = grad.to(param.device());
     const std::vector<Variable> slot_vars = get_or_create_slots(vars[i]);
     std::vector<Tensor> slots;
     slots.reserve(slot_vars.size());

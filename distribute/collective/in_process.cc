@@ -263,10 +263,8 @@ void fold_into_every(const std::vector<Tensor>& in, const std::vector<Tensor>& o
     return;
   }
   bool direct = op != ReduceOp::Mean && acc.dtype() != kBool;
-  for (size_t r = 0; r < in.size(); ++r) {
-    direct = direct && in[r].device().is_cpu() && out[r].device().is_cpu() && in[r].dtype() == acc.dtype() &&
-             in[r].shape() == acc.shape();
-  }
+  for (const Tensor& t : in) direct = direct && t.device().is_cpu() && t.dtype() == acc.dtype() && t.shape() == acc.shape();
+  for (const Tensor& t : out) direct = direct && t.device().is_cpu();
   if (!direct) {
     const Tensor folded = fold_reduce(in, op, acc.device());
     for (const Tensor& o : out) o.copy_(folded);
@@ -330,6 +328,20 @@ void InProcessCommunicator::all_reduce(const Tensor& buffer, ReduceOp op, const 
 
 void InProcessCommunicator::all_reduce_parts(const std::vector<Tensor>& parts, const Tensor& output, ReduceOp op,
                                              const std::string& what) {
+  reduce_parts(parts, output, op, what, false);
+}
+
+Tensor InProcessCommunicator::all_reduce_parts_shared(const std::vector<Tensor>& parts, const Tensor& output,
+                                                      ReduceOp op, const std::string& what) {
+  for (const Tensor& p : parts)
+    STRATA_CHECK(!p.defined() || same_memory(p.device(), output.device()), what,
+                 ": a shared result needs every part in the output's memory, got a part on ", p.device(),
+                 " and the output on ", output.device());
+  return reduce_parts(parts, output, op, what, true);
+}
+
+Tensor InProcessCommunicator::reduce_parts(const std::vector<Tensor>& parts, const Tensor& output, ReduceOp op,
+                                           const std::string& what, bool shared) {
   autograd::StopRecording no_tape;
   int64_t total = 0;
   for (const Tensor& p : parts) {
@@ -366,14 +378,17 @@ void InProcessCommunicator::all_reduce_parts(const std::vector<Tensor>& parts, c
       if (lo < hi) {
         for (int r = 0; r < n; ++r) {
           in[size_t(r)] = flat(g.input_lists[size_t(r)][j]).slice(0, lo - offset, hi - offset);
-          dst[size_t(r)] = flat(g.inputs[size_t(r)]).slice(0, lo, hi);
+          if (r == 0 || !shared) dst[size_t(r)] = flat(g.inputs[size_t(r)]).slice(0, lo, hi);
         }
-        fold_into_every(in, dst, op);
+        fold_into_every(in, shared ? std::vector<Tensor>{dst[0]} : dst, op);
       }
       offset += size;
     }
   });
+  // Read before the barrier: after it, rank 0 may start its next collective.
+  const Tensor result = shared ? g.inputs[0] : output;
   g.sync(rank_, what + "/reduced");  // the parts are read, and the outputs written, until here
+  return result;
 }
 
 void InProcessCommunicator::broadcast(const Tensor& buffer, int root) {

@@ -107,6 +107,12 @@ class InProcessCommunicator final : public Communicator {
   // sums are bitwise those of packing and all_reduce. Ranks are matched by `what`.
   void all_reduce_parts(const std::vector<Tensor>& parts, const Tensor& output, ReduceOp op,
                         const std::string& what);
+  // all_reduce_parts for ranks whose devices share memory (logical CPU devices): only
+  // rank 0's `output` is written (each rank folds its slice into it) and every rank gets
+  // that tensor back, so no rank copies the sums into a buffer of its own. The result is
+  // shared: read it, never write it.
+  Tensor all_reduce_parts_shared(const std::vector<Tensor>& parts, const Tensor& output, ReduceOp op,
+                                 const std::string& what);
   void broadcast(const Tensor& buffer, int root) override;
   void all_gather(const Tensor& input, const Tensor& output) override;
   void reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op) override;
@@ -125,6 +131,8 @@ class InProcessCommunicator final : public Communicator {
   InProcessGroup& group() const { return *group_; }
 
  private:
+  Tensor reduce_parts(const std::vector<Tensor>& parts, const Tensor& output, ReduceOp op, const std::string& what,
+                      bool shared);
   std::shared_ptr<InProcessGroup> group_;
   int rank_;
 };
