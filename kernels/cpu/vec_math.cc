@@ -25,6 +25,7 @@ float from_bits(uint32_t u) {
 struct F1 {
   static constexpr int64_t kLanes = 1;
   float v;
+  F1() = default;
   F1(float x) : v(x) {}  // NOLINT: implicit, as V(1.0f) in the algorithms
   static F1 load(const float* p) { return *p; }
 };
@@ -43,7 +44,12 @@ inline F1 copysign(F1 mag, F1 sign) {
 }
 inline bool lt(F1 a, F1 b) { return a.v < b.v; }
 inline bool le(F1 a, F1 b) { return a.v <= b.v; }
-inline F1 select(bool m, F1 a, F1 b) { return m ? a : b; }
+// Through bit masks rather than ?:, which GCC compiles to a branch that the softmax and
+// sigmoid data (signs at random) mispredict half the time.
+inline F1 select(bool m, F1 a, F1 b) {
+  const uint32_t mask = 0u - uint32_t(m);
+  return from_bits((bits(a.v) & mask) | (bits(b.v) & ~mask));
+}
 inline void store(float* p, F1 a) { *p = a.v; }
 inline float hsum(F1 a) { return a.v; }
 inline float hmax(F1 a) { return a.v; }
@@ -66,6 +72,10 @@ inline F1 scale_pow2(F1 y, F1 shifted) {
   const uint32_t n2 = n - n1;
   return y.v * from_bits((n1 + 127u) << 23) * from_bits((n2 + 127u) << 23);
 }
+
+// y * 2^n by integer addition to y's exponent field: n's low 9 bits are shifted's, and
+// (n + 1.5 * 2^23)'s bits << 23 leave exactly n << 23.
+inline F1 add_exponent(F1 y, F1 shifted) { return from_bits(bits(y.v) + (bits(shifted.v) << 23)); }
 
 }  // namespace
 

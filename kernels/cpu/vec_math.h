@@ -50,7 +50,9 @@ struct Functions {
   // softmax row carries them through its sum instead).
   float (*max)(const float* x, int64_t n);
   // Sum over i < n of e^(x[i] - shift), with e^ as `exp` above; also writes each term to
-  // out[i] when out is not null (out may be x).
+  // out[i] when out is not null (out may be x). shift >= every x[i] (the row maximum):
+  // an argument above 0 is outside the cheaper exponential used here (a NaN in x gives
+  // NaN whatever the shift).
   float (*exp_sum)(const float* x, float shift, float* out, int64_t n);
   // x[i] *= s (exactly rounded products: the same bits in both tables).
   void (*scale)(float* x, float s, int64_t n);

@@ -18,6 +18,7 @@ namespace {
 struct F8 {
   static constexpr int64_t kLanes = 8;
   __m256 v;
+  F8() = default;
   F8(__m256 x) : v(x) {}                    // NOLINT: implicit, for the operators below
   F8(float x) : v(_mm256_set1_ps(x)) {}     // NOLINT: implicit, as V(1.0f) in the algorithms
   static F8 load(const float* p) { return _mm256_loadu_ps(p); }
@@ -55,6 +56,12 @@ inline F8 scale_pow2(F8 y, F8 shifted) {
   const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23));
   const __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23));
   return _mm256_mul_ps(_mm256_mul_ps(y.v, s1), s2);
+}
+
+// As the portable add_exponent: y's bits + (shifted's bits << 23).
+inline F8 add_exponent(F8 y, F8 shifted) {
+  return _mm256_castsi256_ps(
+      _mm256_add_epi32(_mm256_castps_si256(y.v), _mm256_slli_epi32(_mm256_castps_si256(shifted.v), 23)));
 }
 
 // Horizontal sum and maximum in a fixed order: halves, then pairs, then the last two.

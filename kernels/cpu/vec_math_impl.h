@@ -9,8 +9,10 @@
 //   + - * / ; fma(a, b, c) = a*b + c (fused where the ISA has it); min(a, b) / max(a, b)
 //   returning b when either is NaN (x86 minps/maxps); abs; neg; copysign(mag, sign);
 //   lt / le (masks), select(mask, a, b); square_lo(a, hi), the exact a*a - hi for hi = a*a
-//   rounded; scale_pow2(y, n) = y * 2^n for the integer n held in the float n + 2^23 * 1.5
-//   (see exp below); hsum (a fixed-order horizontal sum) and hmax.
+//   rounded; for the integer n held in the float shifted = n + 1.5 * 2^23 (exp_reduced),
+//   scale_pow2(y, shifted) = y * 2^n as two normal factors 2^(n/2) and add_exponent(y,
+//   shifted), n added to y's exponent field (for a normal result); hsum (a fixed-order
+//   horizontal sum) and hmax.
 //
 // The coefficients are float32 literals: the accuracy statements in vec_math.h were
 // measured with exactly these values.
@@ -28,12 +30,34 @@ const Functions* avx2_table();
 
 namespace {
 
+// Every step of the algorithms below is forced inline into the array loops: GCC's
+// heuristics would otherwise call the larger ones (erf, gelu, an unrolled exp) per vector,
+// passing the vectors through memory (measured 2-3x slower).
+#define STRATA_VEC_INLINE inline __attribute__((always_inline))
+
 // Horner's rule, highest coefficient first: ((c0 t + c1) t + ...) + cN.
 template <class V, int N>
-inline V horner(V t, const float (&c)[N]) {
+STRATA_VEC_INLINE V horner(V t, const float (&c)[N]) {
   V p(c[0]);
   for (int i = 1; i < N; ++i) p = fma(p, t, V(c[i]));
   return p;
+}
+
+// e^r for the reduction of x (|x| <= 127 ln 2 or so) as in Cephes' expf: x = n ln2 + r,
+// |r| <= ln2 / 2, with ln2 split in two (0.693359375 has 9 significant bits, so n * it is
+// exact and x - n * it loses nothing); e^r = 1 + r (1 + r (1/2 + r P(r))), P Cephes'
+// degree-4 fit, in one chain of fused multiply-adds. `shifted` returns n + 1.5 * 2^23:
+// adding 1.5 * 2^23 rounds x log2(e) to the nearest integer n, which the sum holds in its
+// low mantissa bits (read by scale_pow2 and add_exponent); subtracting it back gives n.
+template <class V>
+STRATA_VEC_INLINE V exp_reduced(V x, V& shifted) {
+  shifted = x * V(1.44269502f) + V(12582912.0f);
+  const V n = shifted - V(12582912.0f);
+  V r = fma(n, V(-0.693359375f), x);
+  r = fma(n, V(2.12194440e-4f), r);
+  static constexpr float kPoly[] = {1.98756915e-4f, 1.39819995e-3f, 8.33345190e-3f, 4.16657959e-2f,
+                                    1.66666655e-1f, 5.00000012e-1f, 1.0f,           1.0f};
+  return horner(r, kPoly);
 }
 
 // log(FLT_MIN) rounded to float: e^x for x <= this is below the smallest normal float.
@@ -41,43 +65,47 @@ constexpr float kExpFlushBelow = -87.3365448f;
 
 // e^x with results below the smallest normal float flushed to 0 (as kernels/cpu/
 // flushed_exp.h does for float64, and as TensorFlow and PyTorch give softmax([0, -1000])).
-// Cephes' expf: x = n ln2 + r, |r| <= ln2 / 2, with ln2 split in two (0.693359375 has 9
-// significant bits, so n * it is exact and x - n * it loses nothing); e^r by a degree-5
-// polynomial for (e^r - 1 - r) / r^2; 2^n built in the exponent field by integer addition.
 template <class V>
-inline V exp_flushed(V x) {
+STRATA_VEC_INLINE V exp_flushed(V x) {
   // Clamped so that n stays within [-127, 129]: above 89 the result is +inf anyway (e^89
   // overflows below), at or below the flush threshold it is 0. min/max pass NaN through
   // (their second operand) and NaN stays NaN to the end.
-  const V xc = max(V(-88.0f), min(V(89.0f), x));
-  // Round-to-nearest of x log2(e) by adding 1.5 * 2^23: the sum's low mantissa bits are the
-  // integer n (scale_pow2 reads them), and subtracting it back gives n as a float.
-  const V shifted = xc * V(1.44269502f) + V(12582912.0f);
-  const V n = shifted - V(12582912.0f);
-  V r = fma(n, V(-0.693359375f), xc);
-  r = fma(n, V(2.12194440e-4f), r);
-  static constexpr float kPoly[] = {1.98756915e-4f, 1.39819995e-3f, 8.33345190e-3f,
-                                    4.16657959e-2f, 1.66666655e-1f, 5.00000012e-1f};
-  const V p = fma(horner(r, kPoly), r * r, r) + V(1.0f);
+  V shifted(0.0f);
+  const V p = exp_reduced(max(V(-88.0f), min(V(89.0f), x)), shifted);
   return select(le(x, V(kExpFlushBelow)), V(0.0f), scale_pow2(p, shifted));
 }
 
-// 1 / (1 + e^-x): 0 for x below about -88.7 (e^-x overflows), 1 above 87.3 (e^-x flushed).
+// exp_flushed for x <= 0 (or NaN), the softmax rows' case, in fewer operations: n is then
+// within [-127, 0], and for n >= -126 p 2^n is a normal float made by adding n to p's
+// exponent field; n = -127 only below the flush threshold, where the result is 0 anyway.
 template <class V>
-inline V sigmoid(V x) {
-  return V(1.0f) / (V(1.0f) + exp_flushed(neg(x)));
+STRATA_VEC_INLINE V exp_nonpositive(V x) {
+  V shifted(0.0f);
+  const V p = exp_reduced(max(V(-88.0f), x), shifted);
+  return select(le(x, V(kExpFlushBelow)), V(0.0f), add_exponent(p, shifted));
 }
 
-// Cephes' tanhf on |x|: an odd polynomial |x| + |x|^3 P(x^2) below 0.625, 1 - 2 / (e^2|x| + 1)
-// above (no cancellation there: the result is >= 0.55); then x's sign (tanh(-0) = -0).
+// 1 / (1 + e^-x) for x >= 0 and e^x / (1 + e^x) below, both from e = e^-|x| <= 1: no
+// overflow, and the negative side keeps e^x's relative accuracy down to the flush.
 template <class V>
-inline V tanh(V x) {
+STRATA_VEC_INLINE V sigmoid(V x) {
+  const V e = exp_nonpositive(neg(abs(x)));
+  const V s = V(1.0f) / (V(1.0f) + e);
+  return select(lt(x, V(0.0f)), e * s, s);
+}
+
+// Cephes' tanhf on |x|: an odd polynomial |x| + |x|^3 P(x^2) below 0.625, and
+// (1 - e) / (1 + e), e = e^-2|x|, above (no cancellation there: e <= 0.29); then x's sign
+// (tanh(-0) = -0).
+template <class V>
+STRATA_VEC_INLINE V tanh(V x) {
   const V ax = abs(x);
   const V z = x * x;
   static constexpr float kPoly[] = {-5.70498872745e-3f, 2.06390887954e-2f, -5.37397155531e-2f,
                                     1.33314422036e-1f, -3.33332819422e-1f};
   const V small = fma(horner(z, kPoly) * z, ax, ax);
-  const V large = V(1.0f) - V(2.0f) / (exp_flushed(ax + ax) + V(1.0f));
+  const V e = exp_nonpositive(V(-2.0f) * ax);
+  const V large = (V(1.0f) - e) / (V(1.0f) + e);
   return copysign(select(lt(ax, V(0.625f)), small, large), x);
 }
 
@@ -88,12 +116,12 @@ inline V tanh(V x) {
 // flushed to 0. The exact square matters for the relative accuracy of small results:
 // e^-(hi + lo) = e^-hi (1 - lo), while a rounded a^2 of 50 would cost 6e-6 relative.
 template <class V>
-inline V erfc_core(V a, V sq_hi, V sq_lo) {
+STRATA_VEC_INLINE V erfc_core(V a, V sq_hi, V sq_lo) {
   const V t = V(1.0f) / fma(a, V(0.5f), V(1.0f));
   static constexpr float kQ[] = {0.0309257396f,  -0.162719935f, 0.30892095f,   -0.182796523f,
                                  -0.121948905f,  0.0974281356f, 0.0291269012f, 0.192645386f,
                                  0.243963301f,   0.282371491f,  0.282083482f};
-  const V e = exp_flushed(neg(sq_hi));
+  const V e = exp_nonpositive(neg(sq_hi));
   return fma(e, neg(sq_lo), e) * (t * horner(t, kQ));
 }
 
@@ -101,7 +129,7 @@ inline V erfc_core(V a, V sq_hi, V sq_lo) {
 // error 6e-9; fitting erf(x)/x - 1 rather than erf(x)/x keeps the rounding of the leading
 // 2/sqrt(pi) out of the result).
 template <class V>
-inline V erf_small(V x) {
+STRATA_VEC_INLINE V erf_small(V x) {
   static constexpr float kP[] = {7.87587487e-05f, -8.01686430e-04f, 5.18908724e-03f, -2.68542115e-02f,
                                  1.12835944e-01f, -3.76126260e-01f, 1.28379166e-01f};
   return fma(x, horner(x * x, kP), x);
@@ -109,7 +137,7 @@ inline V erf_small(V x) {
 
 // erf: erf_small below |x| = 1, sign(x) (1 - erfc(|x|)) above.
 template <class V>
-inline V erf(V x) {
+STRATA_VEC_INLINE V erf(V x) {
   const V ax = min(V(10.0f), abs(x));
   const V small = erf_small(x);
   const V sq = ax * ax;
@@ -117,31 +145,111 @@ inline V erf(V x) {
   return select(lt(abs(x), V(1.0f)), small, large);
 }
 
-// gelu(x) = x Phi(x) = x/2 (1 + erf(u)), u = x / sqrt(2): 1 + erf_small(u) for
-// -0.5 <= u < 1, erfc(-u) below (the negative tail keeps its relative accuracy where
-// 1 + erf(u) would cancel: 1 + erf(-0.9) already loses 3 bits, 1 + erf(-3) 9) and
-// 2 - erfc(u) above. u^2 for erfc is taken exactly as x^2 / 2 rather than from the
-// rounded u.
+// gelu(x) = x Phi(x) = x/2 (1 + erf(u)), u = x / sqrt(2), as x/2 erfc(-u) for x < 0 and
+// x/2 (2 - erfc(u)) above: one branch-free formula whose negative tail keeps its relative
+// accuracy where 1 + erf(u) would cancel (1 + erf(-0.9) loses 3 bits, 1 + erf(-3) 9). u^2
+// is taken exactly as x^2 / 2 rather than from the rounded u. Near 0, 2 - erfc(u) carries
+// erfc's few ulps of 1 (the 8-ulp bound in vec_math.h; an erf polynomial there would cost
+// a third more).
 template <class V>
-inline V gelu(V x) {
-  const V u = x * V(0.707106769f);
+STRATA_VEC_INLINE V gelu(V x) {
   const V ax = min(V(14.0f), abs(x));  // erfc(14 / sqrt 2) flushes to 0 already
   const V sq = ax * ax;
-  const V half_sq = sq * V(0.5f);
-  const V half_lo = square_lo(ax, sq) * V(0.5f);
-  const V ec = erfc_core(ax * V(0.707106769f), half_sq, half_lo);
-  const V upper = select(lt(u, V(1.0f)), V(1.0f) + erf_small(u), V(2.0f) - ec);
-  return (V(0.5f) * x) * select(lt(u, V(-0.5f)), ec, upper);
+  const V ec = erfc_core(ax * V(0.707106769f), sq * V(0.5f), square_lo(ax, sq) * V(0.5f));
+  return (V(0.5f) * x) * select(lt(x, V(0.0f)), ec, V(2.0f) - ec);
 }
 
 // gelu with the tanh approximation, 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3),
 // written as x / (1 + e^(-2u)) (1 + tanh(u) = 2 / (1 + e^(-2u))): one exponential, and no
-// cancellation in the negative tail.
+// cancellation in the negative tail. As in sigmoid, e = e^-2|u| <= 1 and x e / (1 + e) for
+// x < 0.
 template <class V>
-inline V gelu_tanh(V x) {
+STRATA_VEC_INLINE V gelu_tanh(V x) {
   const V m = fma(x * x, V(0.044715f), V(1.0f));
-  const V minus_2u = (x * V(-1.59576912f)) * m;  // -2 sqrt(2/pi) = -1.5957691216
-  return x / (V(1.0f) + exp_flushed(minus_2u));
+  const V e = exp_nonpositive((abs(x) * V(-1.59576912f)) * m);  // -2 sqrt(2/pi) = -1.5957691216
+  const V s = x / (V(1.0f) + e);
+  return select(lt(x, V(0.0f)), s * e, s);
+}
+
+// K lane vectors processed in step: every operation is issued for all K before the next
+// one, so that K independent dependency chains sit side by side in the instruction stream.
+// An exponential is a chain of ~15 dependent operations (~50 cycles); issued one vector
+// after another, the out-of-order window holds too few of them to hide that latency (a
+// softmax row ran at 17 cycles per 8 floats). With K = 4 the loop is bound by the FMA
+// pipes instead.
+template <class V, int K>
+struct Unrolled {
+  static constexpr int64_t kLanes = V::kLanes * K;
+  V v[K];
+  STRATA_VEC_INLINE Unrolled(float x) : Unrolled([x](int) { return V(x); }) {}  // NOLINT: implicit, as V(1.0f)
+  template <class F>
+  STRATA_VEC_INLINE explicit Unrolled(F&& f, decltype(f(0))* = nullptr) : v{} {
+    for (int k = 0; k < K; ++k) v[k] = f(k);
+  }
+  STRATA_VEC_INLINE static Unrolled load(const float* p) {
+    return Unrolled([p](int k) { return V::load(p + k * V::kLanes); });
+  }
+};
+template <class M, int K>
+struct UnrolledMask {
+  M m[K];
+};
+
+#define STRATA_VEC_UNROLLED_BINARY(NAME, EXPR)                                          \
+  template <class V, int K>                                                             \
+  STRATA_VEC_INLINE Unrolled<V, K> NAME(const Unrolled<V, K>& a, const Unrolled<V, K>& b) {        \
+    return Unrolled<V, K>([&](int k) { return EXPR; });                                 \
+  }
+STRATA_VEC_UNROLLED_BINARY(operator+, a.v[k] + b.v[k])
+STRATA_VEC_UNROLLED_BINARY(operator-, a.v[k] - b.v[k])
+STRATA_VEC_UNROLLED_BINARY(operator*, a.v[k] * b.v[k])
+STRATA_VEC_UNROLLED_BINARY(operator/, a.v[k] / b.v[k])
+STRATA_VEC_UNROLLED_BINARY(min, min(a.v[k], b.v[k]))
+STRATA_VEC_UNROLLED_BINARY(max, max(a.v[k], b.v[k]))
+STRATA_VEC_UNROLLED_BINARY(copysign, copysign(a.v[k], b.v[k]))
+STRATA_VEC_UNROLLED_BINARY(square_lo, square_lo(a.v[k], b.v[k]))
+STRATA_VEC_UNROLLED_BINARY(scale_pow2, scale_pow2(a.v[k], b.v[k]))
+STRATA_VEC_UNROLLED_BINARY(add_exponent, add_exponent(a.v[k], b.v[k]))
+#undef STRATA_VEC_UNROLLED_BINARY
+
+template <class V, int K>
+STRATA_VEC_INLINE Unrolled<V, K> fma(const Unrolled<V, K>& a, const Unrolled<V, K>& b, const Unrolled<V, K>& c) {
+  return Unrolled<V, K>([&](int k) { return fma(a.v[k], b.v[k], c.v[k]); });
+}
+template <class V, int K>
+STRATA_VEC_INLINE Unrolled<V, K> abs(const Unrolled<V, K>& a) {
+  return Unrolled<V, K>([&](int k) { return abs(a.v[k]); });
+}
+template <class V, int K>
+STRATA_VEC_INLINE Unrolled<V, K> neg(const Unrolled<V, K>& a) {
+  return Unrolled<V, K>([&](int k) { return neg(a.v[k]); });
+}
+template <class V, int K>
+STRATA_VEC_INLINE auto lt(const Unrolled<V, K>& a, const Unrolled<V, K>& b) {
+  UnrolledMask<decltype(lt(a.v[0], b.v[0])), K> r;
+  for (int k = 0; k < K; ++k) r.m[k] = lt(a.v[k], b.v[k]);
+  return r;
+}
+template <class V, int K>
+STRATA_VEC_INLINE auto le(const Unrolled<V, K>& a, const Unrolled<V, K>& b) {
+  UnrolledMask<decltype(le(a.v[0], b.v[0])), K> r;
+  for (int k = 0; k < K; ++k) r.m[k] = le(a.v[k], b.v[k]);
+  return r;
+}
+template <class M, class V, int K>
+STRATA_VEC_INLINE Unrolled<V, K> select(const UnrolledMask<M, K>& m, const Unrolled<V, K>& a, const Unrolled<V, K>& b) {
+  return Unrolled<V, K>([&](int k) { return select(m.m[k], a.v[k], b.v[k]); });
+}
+template <class V, int K>
+STRATA_VEC_INLINE void store(float* p, const Unrolled<V, K>& a) {
+  for (int k = 0; k < K; ++k) store(p + k * V::kLanes, a.v[k]);
+}
+// Fixed order: the K vectors summed pairwise first, then across lanes.
+template <class V, int K>
+STRATA_VEC_INLINE float hsum(const Unrolled<V, K>& a) {
+  V t = a.v[0];
+  for (int k = 1; k < K; ++k) t = t + a.v[k];
+  return hsum(t);
 }
 
 // out[i] = f(in[i]). The tail goes through a zero-padded vector so that it takes the same
@@ -178,31 +286,25 @@ float row_max(const float* x, int64_t n) {
   return m;
 }
 
-// The fused exp-and-sum pass of a softmax row, in four independent accumulators (the add
-// latency would otherwise bound the loop). The summation order depends on n alone.
+// The fused exp-and-sum pass of a softmax row, V an Unrolled lane type (its K vectors
+// are K independent accumulators: the add latency does not bound the loop). The summation
+// order depends on n alone.
 template <class V>
 float exp_sum(const float* x, float shift, float* out, int64_t n) {
   constexpr int64_t L = V::kLanes;
   const V s(shift);
-  V acc[4] = {V(0.0f), V(0.0f), V(0.0f), V(0.0f)};
+  V acc(0.0f);
   int64_t i = 0;
-  for (; i + 4 * L <= n; i += 4 * L) {
-    for (int k = 0; k < 4; ++k) {
-      const V e = exp_flushed(V::load(x + i + k * L) - s);
-      if (out) store(out + i + k * L, e);
-      acc[k] = acc[k] + e;
-    }
-  }
   for (; i + L <= n; i += L) {
-    const V e = exp_flushed(V::load(x + i) - s);
+    const V e = exp_nonpositive(V::load(x + i) - s);
     if (out) store(out + i, e);
-    acc[0] = acc[0] + e;
+    acc = acc + e;
   }
-  float total = hsum((acc[0] + acc[1]) + (acc[2] + acc[3]));
+  float total = hsum(acc);
   if (i < n) {
     float buf[L] = {};
     for (int64_t j = i; j < n; ++j) buf[j - i] = x[j];
-    store(buf, exp_flushed(V::load(buf) - s));
+    store(buf, exp_nonpositive(V::load(buf) - s));
     for (int64_t j = i; j < n; ++j) {
       if (out) out[j] = buf[j - i];
       total += buf[j - i];
@@ -220,19 +322,24 @@ void scale(float* x, float s, int64_t n) {
   for (; i < n; ++i) x[i] *= s;
 }
 
+// The table over lane type V, the transcendentals in steps of 4 vectors (Unrolled; 2 were
+// measured 1.3-1.8x slower on erf, tanh and gelu).
 template <class V>
 Functions make_functions(const char* isa) {
+  using U = Unrolled<V, 4>;
   return Functions{isa,
-                   map<V, exp_flushed<V>>,
-                   map<V, sigmoid<V>>,
-                   map<V, tanh<V>>,
-                   map<V, erf<V>>,
-                   map<V, gelu<V>>,
-                   map<V, gelu_tanh<V>>,
+                   map<U, exp_flushed<U>>,
+                   map<U, sigmoid<U>>,
+                   map<U, tanh<U>>,
+                   map<U, erf<U>>,
+                   map<U, gelu<U>>,
+                   map<U, gelu_tanh<U>>,
                    row_max<V>,
-                   exp_sum<V>,
+                   exp_sum<U>,
                    scale<V>};
 }
+
+#undef STRATA_VEC_INLINE
 
 }  // namespace
 }  // namespace strata::cpu_kernels::vec
