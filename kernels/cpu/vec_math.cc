@@ -1,6 +1,6 @@
 // The portable (one lane at a time) table of kernels/cpu/vec_math.h and the choice between
 // it and the AVX2 table (Note [Runtime ISA dispatch]). Compiled with -ffp-contract=off
-// (core/CMakeLists.txt): square_lo's error-free product needs every a*b rounded on its own.
+// (core/CMakeLists.txt): the algorithms round as written, whatever -march allows.
 #include <cstring>
 
 #include <strata/kernels/cpu/vec_math.h>
@@ -53,15 +53,6 @@ inline F1 select(bool m, F1 a, F1 b) {
 inline void store(float* p, F1 a) { *p = a.v; }
 inline float hsum(F1 a) { return a.v; }
 inline float hmax(F1 a) { return a.v; }
-
-// a*a - hi exactly, for hi = a*a rounded (|a| < 2^62): Dekker's product with Veltkamp's
-// split of a into two 12-bit halves, whose products are exact.
-inline F1 square_lo(F1 a, F1 hi) {
-  const float c = 4097.0f * a.v;
-  const float ah = c - (c - a.v);
-  const float al = a.v - ah;
-  return ((ah * ah - hi.v) + 2.0f * ah * al) + al * al;
-}
 
 // y * 2^n, n the integer in the low bits of shifted = n + 1.5 * 2^23, as two factors 2^(n/2)
 // so that each stays a normal float for n in [-127, 129]. Unsigned arithmetic: a NaN's

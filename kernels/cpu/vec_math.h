@@ -2,15 +2,18 @@
 // tanh forms) over arrays, and the passes of a softmax row (max, exp-and-sum, scale).
 //
 // Why not Eigen's packet math: Eigen's exp clamps at log(min normal) instead of flushing
-// (kernels/cpu/flushed_exp.h's mask costs a pass), its erf is a rational fit with a
-// division that made gelu erf-bound, and composing a softmax row from Eigen expressions
-// left it at half of memcpy bandwidth (issue 22). These are range-reduced polynomials
-// (kernels/cpu/vec_math_impl.h) evaluated 8 lanes at a time.
+// (kernels/cpu/flushed_exp.h's mask costs a multiply pass), a softmax row composed of
+// Eigen expressions ran at half of memcpy bandwidth (issue 22), and Eigen evaluates an
+// array's unaligned head and tail with scalar code that rounds differently (hence the
+// padded copies of elementwise.cc's unary_loop). Here exp, sigmoid and gelu_tanh are
+// range-reduced polynomials (Cephes' expf) with the exponent built by integer addition;
+// tanh and erf are Eigen's rational fits (kernels/cpu/vec_math_impl.h) in the same
+// framework; all run 4 x 8 lanes at a time.
 //
 // Note [Runtime ISA dispatch]
 // One description of each algorithm (vec_math_impl.h) is compiled twice: for AVX2 + FMA
 // (vec_math_avx2.cc, always built with -mavx2 -mfma on x86-64, whatever the build's -march)
-// and for the build's own target (vec_math.cc, one lane at a time). functions() picks the
+// and for the build's own target (vec_math.cc, one float at a time). functions() picks the
 // AVX2 table once, when cpuid reports AVX2 and FMA, so a binary built without
 // STRATA_NATIVE_ARCH still runs the 8-lane code and one built with it never runs AVX2 code
 // on a CPU without it. The two tables agree to within the accuracy stated below, not
@@ -22,18 +25,18 @@
 // transcendentals] in elementwise.cc).
 //
 // Accuracy against a double-precision reference, checked over dense sweeps of float inputs
-// by tests/core/test_vec_math.cc for both tables:
+// by tests/core/test_vec_math.cc for both tables (worst cases measured avx2+fma / portable:
+// exp 0.9 / 1.1, sigmoid 2.5 / 2.5, tanh 4.6 / 5.9, erf 5.7 / 6.6, gelu for x >= 0 2.9 /
+// 3.2 ulp):
 //   exp        <= 2 ulp; 0 (flushed) where e^x is below the smallest normal float,
 //              +inf above log(FLT_MAX); exp(-inf) = 0, NaN stays NaN
 //   sigmoid    <= 3 ulp (where the result is a normal float)
-//   tanh       <= 3 ulp
-//   erf        <= 3 ulp
-//   gelu       <= 8 ulp where |gelu(x)| >= 1e-30, the negative tail included (through
-//              erfc there, where 1 + erf(u) would cancel)
+//   tanh       <= 7 ulp; exactly +-1 from |x| = 7.9053 on
+//   erf        <= 8 ulp
+//   gelu       <= 4 ulp for x >= 0; below, |error| <= |x| 2^-21 (+ a denormal spacing):
+//              1 + erf(x / sqrt 2) cancels there, absolute as in PyTorch and TensorFlow
 //   gelu_tanh  <= 4 ulp of x / (1 + e^(-2u)), u = sqrt(2/pi) (x + 0.044715 x^3), for
 //              x >= 0; <= 4 + 4|2u| ulp below (the rounding of u, amplified by e^(-2u))
-// Measured worst cases (avx2+fma / portable): exp 1.0 / 1.0, sigmoid 2.3 / 2.3, tanh
-// 1.2 / 1.2, erf 1.2 / 1.2, gelu 5.6 / 6.0 ulp.
 #pragma once
 
 #include <cstdint>

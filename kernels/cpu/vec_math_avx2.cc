@@ -45,7 +45,6 @@ inline M8 lt(F8 a, F8 b) { return {_mm256_cmp_ps(a.v, b.v, _CMP_LT_OQ)}; }
 inline M8 le(F8 a, F8 b) { return {_mm256_cmp_ps(a.v, b.v, _CMP_LE_OQ)}; }
 inline F8 select(M8 m, F8 a, F8 b) { return _mm256_blendv_ps(b.v, a.v, m.v); }
 inline void store(float* p, F8 a) { _mm256_storeu_ps(p, a.v); }
-inline F8 square_lo(F8 a, F8 hi) { return _mm256_fmsub_ps(a.v, a.v, hi.v); }
 
 // As the portable scale_pow2 (vec_math.cc): y * 2^(n >> 1) * 2^(n - (n >> 1)).
 inline F8 scale_pow2(F8 y, F8 shifted) {

@@ -1,5 +1,5 @@
-// kernels/cpu/vec_math.h: the accuracy each function states, measured in ulps against a
-// double-precision reference over dense sweeps of float inputs (every exponent, plus a
+// kernels/cpu/vec_math.h: the accuracy each function states, measured in ulps (or as an
+// absolute bound where stated) against a double-precision reference over dense sweeps of float inputs (every exponent, plus a
 // fine linear grid), for the portable table and, on a CPU with AVX2 and FMA, the AVX2
 // table; special values; and that an element's value does not depend on where it sits
 // in the array (the tails of map and exp_sum).
@@ -147,12 +147,12 @@ TEST_CASE("vec_math: sigmoid within 3 ulp", "[vec_math]") {
   }
 }
 
-TEST_CASE("vec_math: tanh within 3 ulp", "[vec_math]") {
+TEST_CASE("vec_math: tanh within 7 ulp", "[vec_math]") {
   for (const Functions* t : tables()) {
     INFO(t->isa);
     const Worst w = worst(t->tanh, sweep(-20.0f, 20.0f), [](double x) { return std::tanh(x); }, everywhere);
     INFO("worst: " << w.str());
-    CHECK(w.ulps <= 3.0);
+    CHECK(w.ulps <= 7.0);
     const std::vector<float> s = run(t->tanh, specials());
     CHECK(s[0] == 0.0f);
     CHECK(std::signbit(s[1]));
@@ -163,12 +163,12 @@ TEST_CASE("vec_math: tanh within 3 ulp", "[vec_math]") {
   }
 }
 
-TEST_CASE("vec_math: erf within 3 ulp", "[vec_math]") {
+TEST_CASE("vec_math: erf within 8 ulp", "[vec_math]") {
   for (const Functions* t : tables()) {
     INFO(t->isa);
     const Worst w = worst(t->erf, sweep(-12.0f, 12.0f), [](double x) { return std::erf(x); }, everywhere);
     INFO("worst: " << w.str());
-    CHECK(w.ulps <= 3.0);
+    CHECK(w.ulps <= 8.0);
     const std::vector<float> s = run(t->erf, specials());
     CHECK(s[0] == 0.0f);
     CHECK(s[2] == 1.0f);
@@ -177,13 +177,27 @@ TEST_CASE("vec_math: erf within 3 ulp", "[vec_math]") {
   }
 }
 
-TEST_CASE("vec_math: gelu within 8 ulp, its negative tail included", "[vec_math]") {
+TEST_CASE("vec_math: gelu within 4 ulp for x >= 0, |x| 2^-21 below", "[vec_math]") {
   for (const Functions* t : tables()) {
     INFO(t->isa);
-    const Worst w = worst(t->gelu, sweep(-20.0f, 20.0f), gelu_ref,
-                          [](float, double want) { return std::fabs(want) >= 1e-30; });
-    INFO("worst: " << w.str());
-    CHECK(w.ulps <= 8.0);
+    const Worst pos = worst(t->gelu, sweep(0.0f, 20.0f), gelu_ref, everywhere);
+    INFO("worst for x >= 0: " << pos.str());
+    CHECK(pos.ulps <= 4.0);
+    const std::vector<float> xs = sweep(-20.0f, 0.0f);
+    const std::vector<float> ys = run(t->gelu, xs);
+    double worst_abs = 0;
+    float worst_x = 0;
+    for (size_t i = 0; i < xs.size(); ++i) {
+      // (Plus the denormal spacing: x/2 of a denormal x rounds.)
+      const double bound = std::fabs(double(xs[i])) * std::ldexp(1.0, -21) + std::ldexp(1.0, -149);
+      const double scaled = std::fabs(double(ys[i]) - gelu_ref(xs[i])) / bound;
+      if (scaled > worst_abs) {
+        worst_abs = scaled;
+        worst_x = xs[i];
+      }
+    }
+    INFO("worst for x < 0: " << worst_abs << " of the bound at x = " << worst_x);
+    CHECK(worst_abs <= 1.0);
     const std::vector<float> s = run(t->gelu, specials());
     CHECK(s[0] == 0.0f);
     CHECK(s[2] == kInf);
