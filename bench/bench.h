@@ -15,6 +15,10 @@ struct Options {
   bool quick = false;  // brief runs: checks that suites work, numbers are rough
   int threads = 0;     // intra-op threads used (0: strata's default)
   std::string device = "cuda:0";  // the gpu suite's device
+  // --filter: only the rows whose name contains this text (empty: every row). The ops suite
+  // skips measuring the others; strata-bench drops the other suites' non-matching rows.
+  std::string filter;
+  bool selects(const std::string& name) const { return filter.empty() || name.find(filter) != std::string::npos; }
 };
 
 // One figure and the baseline it is compared with, measured in the same run.

@@ -110,6 +110,27 @@ PairTiming time_matmul_pair(int64_t m, int64_t n, int64_t k, bool ta, bool tb, i
   return {summarize(ours), summarize(ref), summarize(ratios).median_s};
 }
 
+// `ours` and `ref` timed in alternating rounds (ours, then ref), each round `inner` calls
+// after a warm-up of both: their medians over the rounds and the median of the per-round
+// ratios (ref time / our time), which a load change between rounds does not bias.
+PairTiming time_pair(const std::function<void()>& ours, const std::function<void()>& ref, int rounds, int inner) {
+  std::vector<double> a, b, ratios;
+  for (int r = 0; r < rounds; ++r) {
+    a.push_back(time_it(ours, 1, inner, r == 0 ? 2 : 0).median_s);
+    b.push_back(time_it(ref, 1, inner, r == 0 ? 2 : 0).median_s);
+    ratios.push_back(b.back() / a.back());
+  }
+  return {summarize(a), summarize(b), summarize(ratios).median_s};
+}
+
+// memcpy of n floats from src to dst split into one part per intra-op thread on strata's
+// own pool, as an op's kernel is: the same wake-ups, so the comparison is of the work.
+void pooled_memcpy(float* dst, const float* src, int64_t n) {
+  parallel_for_parts(n, num_threads(), [&](int64_t b, int64_t e) {
+    std::memcpy(dst + b, src + b, size_t(e - b) * sizeof(float));
+  });
+}
+
 double cpu_ghz() {
   std::ifstream f("/proc/cpuinfo");
   std::string line;
@@ -155,47 +176,56 @@ void add_matmul(std::vector<Result>& out, int64_t n, int rounds) {
 
 // The GEMMs of a training step, with the transposes autograd issues: for a dense layer
 // y = x w (x: batch x in, w: in x out) the forward product, dW = x^T dy and dx = dy w^T.
-void add_training_gemm(std::vector<Result>& out, const std::string& what, int64_t m, int64_t n, int64_t k, bool ta,
-                       bool tb, int rounds) {
+void add_training_gemm(std::vector<Result>& out, const Options& o, const std::string& what, int64_t m, int64_t n,
+                       int64_t k, bool ta, bool tb, int rounds) {
   const double flops = 2.0 * double(m) * double(n) * double(k);
-  const PairTiming pair = time_matmul_pair(m, n, k, ta, tb, rounds);
   const std::string name = "matmul f32 " + what + " " + std::to_string(m) + "x" + std::to_string(n) + "x" +
                            std::to_string(k) + (ta ? " A^T" : "") + (tb ? " B^T" : "");
+  if (!o.selects(name)) return;
+  const PairTiming pair = time_matmul_pair(m, n, k, ta, tb, rounds);
   out.push_back({"ops", name, flops / pair.ours.median_s / 1e9, "GFLOP/s", pair.ours.spread(),
                  std::string(kBlasName) + " (" + std::to_string(num_threads()) + " thr)",
                  flops / pair.ref.median_s / 1e9, false, {{"paired_ratio", pair.paired_ratio}, {"best_ratio", pair.ref.min_s / pair.ours.min_s}}});
 }
 
-void add_training_gemms(std::vector<Result>& out, bool quick, int rounds) {
+void add_training_gemms(std::vector<Result>& out, const Options& o, int rounds) {
+  const bool quick = o.quick;
   // MLP 784-512-512-10 at batch 128 and 64: forward, dW and (past the first layer) dx.
   const int64_t widths[] = {784, 512, 512, 10};
   for (int64_t batch : quick ? std::vector<int64_t>{128} : std::vector<int64_t>{128, 64}) {
     for (int l = 0; l < 3; ++l) {
-      const int64_t in = widths[l], o = widths[l + 1];
-      const std::string layer = "mlp b" + std::to_string(batch) + " " + std::to_string(in) + "-" + std::to_string(o);
-      add_training_gemm(out, layer + " fwd", batch, o, in, false, false, rounds);
-      add_training_gemm(out, layer + " dW", in, o, batch, true, false, rounds);
-      if (l > 0) add_training_gemm(out, layer + " dx", batch, in, o, false, true, rounds);
+      const int64_t in = widths[l], width = widths[l + 1];
+      const std::string layer = "mlp b" + std::to_string(batch) + " " + std::to_string(in) + "-" + std::to_string(width);
+      add_training_gemm(out, o, layer + " fwd", batch, width, in, false, false, rounds);
+      add_training_gemm(out, o, layer + " dW", in, width, batch, true, false, rounds);
+      if (l > 0) add_training_gemm(out, o, layer + " dx", batch, in, width, false, true, rounds);
     }
   }
   if (quick) return;
   // MNIST CNN, batch 64: the im2col GEMMs of conv 3x3 1->32 (26x26) and 32->64 (24x24) with
   // their weight and input gradients, then dense 9216->128 and 128->10.
   const int64_t b = 64;
-  add_training_gemm(out, "cnn conv1 fwd", b * 26 * 26, 32, 9, false, false, rounds);
-  add_training_gemm(out, "cnn conv1 dW", 9, 32, b * 26 * 26, true, false, rounds);
-  add_training_gemm(out, "cnn conv2 fwd", b * 24 * 24, 64, 288, false, false, rounds);
-  add_training_gemm(out, "cnn conv2 dW", 288, 64, b * 24 * 24, true, false, rounds);
-  add_training_gemm(out, "cnn conv2 dcol", b * 24 * 24, 288, 64, false, true, rounds);
-  add_training_gemm(out, "cnn dense1 fwd", b, 128, 9216, false, false, rounds);
-  add_training_gemm(out, "cnn dense1 dW", 9216, 128, b, true, false, rounds);
-  add_training_gemm(out, "cnn dense1 dx", b, 9216, 128, false, true, rounds);
-  add_training_gemm(out, "cnn dense2 fwd", b, 10, 128, false, false, rounds);
-  add_training_gemm(out, "cnn dense2 dW", 128, 10, b, true, false, rounds);
-  add_training_gemm(out, "cnn dense2 dx", b, 128, 10, false, true, rounds);
+  add_training_gemm(out, o, "cnn conv1 fwd", b * 26 * 26, 32, 9, false, false, rounds);
+  add_training_gemm(out, o, "cnn conv1 dW", 9, 32, b * 26 * 26, true, false, rounds);
+  add_training_gemm(out, o, "cnn conv2 fwd", b * 24 * 24, 64, 288, false, false, rounds);
+  add_training_gemm(out, o, "cnn conv2 dW", 288, 64, b * 24 * 24, true, false, rounds);
+  add_training_gemm(out, o, "cnn conv2 dcol", b * 24 * 24, 288, 64, false, true, rounds);
+  add_training_gemm(out, o, "cnn dense1 fwd", b, 128, 9216, false, false, rounds);
+  add_training_gemm(out, o, "cnn dense1 dW", 9216, 128, b, true, false, rounds);
+  add_training_gemm(out, o, "cnn dense1 dx", b, 9216, 128, false, true, rounds);
+  add_training_gemm(out, o, "cnn dense2 fwd", b, 10, 128, false, false, rounds);
+  add_training_gemm(out, o, "cnn dense2 dW", 128, 10, b, true, false, rounds);
+  add_training_gemm(out, o, "cnn dense2 dx", b, 128, 10, false, true, rounds);
 }
 
-void add_elementwise(std::vector<Result>& out, int64_t n, int reps) {
+void add_elementwise(std::vector<Result>& out, const Options& o, int64_t n, int reps) {
+  const std::string sz = std::to_string(n >> 20) + "M";
+  const std::string add_name = "add f32 " + sz, mul_name = "mul f32 " + sz, sum_name = "sum f32 " + sz;
+  const std::string gelu_name = "gelu f32 " + sz, gelu_tanh_name = "gelu (tanh) f32 " + sz;
+  if (!o.selects(add_name) && !o.selects(mul_name) && !o.selects(sum_name) && !o.selects(gelu_name) &&
+      !o.selects(gelu_tanh_name)) {
+    return;
+  }
   Tensor a = randn({n}, 3), b = randn({n}, 4);
   std::vector<float> c(static_cast<size_t>(n));
   const float* pa = a.data<float>();
@@ -209,58 +239,115 @@ void add_elementwise(std::vector<Result>& out, int64_t n, int reps) {
     body(0, n / threads);
     for (auto& t : ts) t.join();
   };
-  Timing loop_add = time_it([&] {
-    plain([&](int64_t s, int64_t e) {
-      for (int64_t i = s; i < e; ++i) c[size_t(i)] = pa[i] + pb[i];
-    });
-  }, reps);
-  Timing memcpy_t = time_it([&] {
+  if (o.selects(add_name) || o.selects(mul_name)) {
+    Timing loop_add = time_it([&] {
+      plain([&](int64_t s, int64_t e) {
+        for (int64_t i = s; i < e; ++i) c[size_t(i)] = pa[i] + pb[i];
+      });
+    }, reps);
+    if (o.selects(add_name)) {
+      Timing t_add = time_it([&] { add(a, b); }, reps);
+      out.push_back({"ops", add_name, bytes3 / t_add.median_s / 1e9, "GB/s", t_add.spread(), "plain loop c=a+b",
+                     bytes3 / loop_add.median_s / 1e9});
+    }
+    if (o.selects(mul_name)) {
+      Timing t_mul = time_it([&] { mul(a, b); }, reps);
+      out.push_back({"ops", mul_name, bytes3 / t_mul.median_s / 1e9, "GB/s", t_mul.spread(), "plain loop c=a+b",
+                     bytes3 / loop_add.median_s / 1e9});
+    }
+  }
+  // gelu against memcpy of the same bytes (read n floats, write n), in alternating rounds.
+  auto memcpy_all = [&] {
     plain([&](int64_t s, int64_t e) { std::memcpy(c.data() + s, pa + s, size_t(e - s) * 4); });
-  }, reps);
-  Timing t_add = time_it([&] { add(a, b); }, reps);
-  Timing t_mul = time_it([&] { mul(a, b); }, reps);
-  Timing t_gelu = time_it([&] { gelu(a); }, reps);
-  const std::string sz = std::to_string(n >> 20) + "M";
-  out.push_back({"ops", "add f32 " + sz, bytes3 / t_add.median_s / 1e9, "GB/s", t_add.spread(), "plain loop c=a+b",
-                 bytes3 / loop_add.median_s / 1e9});
-  out.push_back({"ops", "mul f32 " + sz, bytes3 / t_mul.median_s / 1e9, "GB/s", t_mul.spread(), "plain loop c=a+b",
-                 bytes3 / loop_add.median_s / 1e9});
-  out.push_back({"ops", "gelu f32 " + sz, bytes2 / t_gelu.median_s / 1e9, "GB/s", t_gelu.spread(), "memcpy",
-                 bytes2 / memcpy_t.median_s / 1e9});
-  double s = 0;
-  Timing loop_sum = time_it([&] {
-    double acc = 0;
-    for (int64_t i = 0; i < n; ++i) acc += pa[i];
-    s = acc;
-  }, reps);
-  Timing t_sum = time_it([&] { sum(a); }, reps);
-  out.push_back({"ops", "sum f32 " + sz, 4.0 * double(n) / t_sum.median_s / 1e9, "GB/s", t_sum.spread(),
-                 "plain loop (1 thr, double acc)", 4.0 * double(n) / loop_sum.median_s / 1e9});
-  (void)s;
+  };
+  for (bool tanh_form : {false, true}) {
+    const std::string& name = tanh_form ? gelu_tanh_name : gelu_name;
+    if (!o.selects(name)) continue;
+    const PairTiming p = time_pair([&] { gelu(a, tanh_form); }, memcpy_all, reps, 1);
+    out.push_back({"ops", name, bytes2 / p.ours.median_s / 1e9, "GB/s", p.ours.spread(), "memcpy",
+                   bytes2 / p.ref.median_s / 1e9, false, {{"paired_ratio", p.paired_ratio}}});
+  }
+  if (o.selects(sum_name)) {
+    double s = 0;
+    Timing loop_sum = time_it([&] {
+      double acc = 0;
+      for (int64_t i = 0; i < n; ++i) acc += pa[i];
+      s = acc;
+    }, reps);
+    Timing t_sum = time_it([&] { sum(a); }, reps);
+    out.push_back({"ops", sum_name, 4.0 * double(n) / t_sum.median_s / 1e9, "GB/s", t_sum.spread(),
+                   "plain loop (1 thr, double acc)", 4.0 * double(n) / loop_sum.median_s / 1e9});
+    (void)s;
+  }
 }
 
-void add_softmax(std::vector<Result>& out, int64_t rows, int64_t cols, int reps) {
+// Softmax, log-softmax and sparse softmax cross-entropy over rows x cols float32 logits:
+// softmax against a plain single-thread loop (max, exp-and-sum, divide), softmax and
+// log-softmax against memcpy of the same bytes (rows x cols floats read, as many written)
+// on strata's pool, in alternating rounds; cross-entropy (reads the logits, writes one
+// float a row) against a plain single-thread loop.
+void add_softmax(std::vector<Result>& out, const Options& o, int64_t rows, int64_t cols, int reps) {
+  const std::string shape = std::to_string(rows) + "x" + std::to_string(cols);
+  const std::string sm = "softmax f32 " + shape, sm_copy = sm + " (vs memcpy)",
+                    lsm_copy = "log_softmax f32 " + shape + " (vs memcpy)", xent = "sparse xent f32 " + shape;
+  if (!o.selects(sm) && !o.selects(sm_copy) && !o.selects(lsm_copy) && !o.selects(xent)) return;
   Tensor x = randn({rows, cols}, 5);
   std::vector<float> y(static_cast<size_t>(rows * cols));
   const float* px = x.data<float>();
-  Timing loop = time_it([&] {
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* in = px + r * cols;
-      float* o = y.data() + r * cols;
-      float m = in[0];
-      for (int64_t j = 1; j < cols; ++j) m = std::max(m, in[j]);
-      float s = 0;
-      for (int64_t j = 0; j < cols; ++j) s += (o[j] = std::exp(in[j] - m));
-      for (int64_t j = 0; j < cols; ++j) o[j] /= s;
-    }
-  }, reps);
-  Timing t = time_it([&] { softmax(x, -1); }, reps);
   const double bytes = 8.0 * double(rows * cols);
-  out.push_back({"ops", "softmax f32 " + std::to_string(rows) + "x" + std::to_string(cols), bytes / t.median_s / 1e9,
-                 "GB/s", t.spread(), "plain loop (1 thr)", bytes / loop.median_s / 1e9});
+  // About 2 ms of calls per timed round.
+  const int inner = int(std::clamp(2e-3 / (bytes / 10e9), 1.0, 200.0));
+  if (o.selects(sm)) {
+    Timing loop = time_it([&] {
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* in = px + r * cols;
+        float* o = y.data() + r * cols;
+        float m = in[0];
+        for (int64_t j = 1; j < cols; ++j) m = std::max(m, in[j]);
+        float s = 0;
+        for (int64_t j = 0; j < cols; ++j) s += (o[j] = std::exp(in[j] - m));
+        for (int64_t j = 0; j < cols; ++j) o[j] /= s;
+      }
+    }, reps);
+    Timing t = time_it([&] { softmax(x, -1); }, reps, inner);
+    out.push_back({"ops", sm, bytes / t.median_s / 1e9, "GB/s", t.spread(), "plain loop (1 thr)",
+                   bytes / loop.median_s / 1e9});
+  }
+  const std::string copy_name = "memcpy, same bytes (" + std::to_string(num_threads()) + " thr)";
+  for (bool log_space : {false, true}) {
+    const std::string& name = log_space ? lsm_copy : sm_copy;
+    if (!o.selects(name)) continue;
+    const PairTiming p = time_pair([&] { log_space ? log_softmax(x, -1) : softmax(x, -1); },
+                                   [&] { pooled_memcpy(y.data(), px, rows * cols); }, reps, inner);
+    out.push_back({"ops", name, bytes / p.ours.median_s / 1e9, "GB/s", p.ours.spread(), copy_name,
+                   bytes / p.ref.median_s / 1e9, false, {{"paired_ratio", p.paired_ratio}}});
+  }
+  if (o.selects(xent)) {
+    std::vector<int64_t> lab(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) lab[size_t(r)] = (r * 7919) % cols;
+    const Tensor labels = Tensor::from_vector(lab);
+    Timing loop = time_it([&] {
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* in = px + r * cols;
+        float m = in[0];
+        for (int64_t j = 1; j < cols; ++j) m = std::max(m, in[j]);
+        float s = 0;
+        for (int64_t j = 0; j < cols; ++j) s += std::exp(in[j] - m);
+        y[size_t(r)] = std::log(s) + m - in[lab[size_t(r)]];
+      }
+    }, reps);
+    Timing t = time_it([&] { sparse_softmax_cross_entropy(x, labels); }, reps, inner);
+    const double read = 4.0 * double(rows * cols);
+    out.push_back({"ops", xent, read / t.median_s / 1e9, "GB/s", t.spread(), "plain loop (1 thr)",
+                   read / loop.median_s / 1e9});
+  }
 }
 
-void add_conv(std::vector<Result>& out, int64_t batch, int64_t hw, int64_t cin, int64_t cout, int reps) {
+void add_conv(std::vector<Result>& out, const Options& o, int64_t batch, int64_t hw, int64_t cin, int64_t cout,
+              int reps) {
+  const std::string name = "conv2d 3x3 " + std::to_string(batch) + "x" + std::to_string(hw) + "x" +
+                           std::to_string(hw) + "x" + std::to_string(cin) + "->" + std::to_string(cout);
+  if (!o.selects(name)) return;
   Tensor x = randn({batch, hw, hw, cin}, 6), w = randn({3, 3, cin, cout}, 7);
   const int64_t oh = hw - 2;
   const double flops = 2.0 * double(batch * oh * oh) * double(9 * cin) * double(cout);
@@ -270,10 +357,7 @@ void add_conv(std::vector<Result>& out, int64_t batch, int64_t hw, int64_t cin, 
   Tensor col = randn({m, k}, 8);
   std::vector<float> c(static_cast<size_t>(m * cout));
   Timing tb = time_reference_sgemm(m, cout, k, col.data<float>(), w.data<float>(), c.data(), num_threads(), reps);
-  out.push_back({"ops",
-                 "conv2d 3x3 " + std::to_string(batch) + "x" + std::to_string(hw) + "x" + std::to_string(hw) + "x" +
-                     std::to_string(cin) + "->" + std::to_string(cout),
-                 flops / t.median_s / 1e9, "GFLOP/s", t.spread(), std::string(kBlasName) + " of the im2col GEMM",
+  out.push_back({"ops", name, flops / t.median_s / 1e9, "GFLOP/s", t.spread(), std::string(kBlasName) + " of the im2col GEMM",
                  flops / tb.median_s / 1e9});
 }
 
@@ -283,16 +367,19 @@ std::vector<Result> ops_suite(const Options& o) {
   std::vector<Result> out;
   const int reps = o.quick ? 2 : 7;
   for (int64_t n : o.quick ? std::vector<int64_t>{128, 256} : std::vector<int64_t>{128, 256, 512, 1024, 2048, 4096}) {
-    add_matmul(out, n, n >= 2048 ? std::max(3, reps / 2) : reps);
+    const std::string name = "matmul f32 " + std::to_string(n) + "^3";
+    if (o.selects(name) || o.selects(name + " (Eigen GEMM)") || o.selects(name + " (fraction of peak)")) {
+      add_matmul(out, n, n >= 2048 ? std::max(3, reps / 2) : reps);
+    }
   }
-  add_training_gemms(out, o.quick, reps);
-  add_elementwise(out, o.quick ? (int64_t(1) << 20) : (int64_t(16) << 20), reps);
-  add_softmax(out, o.quick ? 64 : 1024, 1024, reps);
+  add_training_gemms(out, o, reps);
+  add_elementwise(out, o, o.quick ? (int64_t(1) << 20) : (int64_t(16) << 20), reps);
+  add_softmax(out, o, o.quick ? 64 : 1024, 1024, reps);
   if (o.quick) {
-    add_conv(out, 4, 14, 8, 16, reps);
+    add_conv(out, o, 4, 14, 8, 16, reps);
   } else {
-    add_conv(out, 64, 28, 1, 32, reps);
-    add_conv(out, 64, 26, 32, 64, reps);
+    add_conv(out, o, 64, 28, 1, 32, reps);
+    add_conv(out, o, 64, 26, 32, 64, reps);
   }
   return out;
 }

@@ -2,7 +2,7 @@
 // figure next to a baseline measured in the same run (these machines are shared and noisy,
 // so ratios are what count).
 //
-//   strata-bench [SUITE...] [--quick] [--json FILE] [--threads N] [--device cuda:N]
+//   strata-bench [SUITE...] [--quick] [--json FILE] [--threads N] [--device cuda:N] [--filter TEXT]
 //
 // The gpu suite runs on --device (default cuda:0); without a CUDA device it is skipped
 // when no suite is named, and fails when it is named.
@@ -31,6 +31,8 @@ int main(int argc, char** argv) {
   app.add_option("--json", json_path, "also write the results as JSON");
   app.add_option("--threads", options.threads, "intra-op threads (default: STRATA_NUM_THREADS or all cores)");
   app.add_option("--device", options.device, "the gpu suite's device (default cuda:0)");
+  app.add_option("--filter", options.filter,
+                 "only the benchmarks whose name contains TEXT (the ops suite skips measuring the others)");
   // Hidden: the collectives suite re-executes this program as its cross-process workers.
   std::string worker_spec;
   app.add_option("--collectives-worker", worker_spec)->group("");
@@ -65,6 +67,7 @@ int main(int argc, char** argv) {
       continue;
     }
     for (const auto& r : results) {
+      if (!options.selects(r.name)) continue;
       std::printf("%-12s %-52s %12.4g %-9s %6.1f%%  %-40s %12.4g %6.2fx", r.suite.c_str(), r.name.c_str(), r.value,
                   r.unit.c_str(), 100 * r.spread, r.baseline.c_str(), r.baseline_value, r.ratio());
       for (const auto& [key, v] : r.extra) std::printf("  %s %.4g", key.c_str(), v);

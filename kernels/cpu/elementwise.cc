@@ -1,16 +1,17 @@
 // CPU kernels of the unary and binary elementwise ops, where, cast and copy.
 //
-// Contiguous runs of float32/float64 go straight through Eigen array expressions (which
-// vectorise exp/tanh/...); strided, broadcast or half-precision runs are gathered into a
-// small block of the compute type first.
+// Contiguous runs of float32/float64 go straight through Eigen array expressions, and the
+// float32 transcendentals (exp, sigmoid, tanh, erf, gelu) through kernels/cpu/vec_math.h;
+// strided, broadcast or half-precision runs are gathered into a small block of the compute
+// type first.
 #include <Eigen/Core>
 #include <cmath>
-#include <unsupported/Eigen/SpecialFunctions>
 #include <limits>
 
 #include <strata/core/dispatch.h>
 #include <strata/kernels/cpu/flushed_exp.h>
 #include <strata/kernels/cpu/loops.h>
+#include <strata/kernels/cpu/vec_math.h>
 
 namespace strata::cpu_kernels {
 
@@ -33,7 +34,8 @@ inline bool is_nan(C v) {
 }
 
 // Elementwise cost estimates (ns per element) used to decide on splitting across threads.
-constexpr double kCheap = 0.3, kTranscendental = 3.0;
+// kVectorised: a vec_math.h function on one core here (gelu, the costliest, ~0.7 ns).
+constexpr double kCheap = 0.3, kTranscendental = 3.0, kVectorised = 1.0;
 
 // Note [Layout-independent transcendentals]
 // Eigen evaluates an array expression with packets (SIMD) in the middle of a run and with
@@ -80,6 +82,31 @@ void unary_loop(const Tensor& x, const Tensor& out, double cost, F f) {
       const C* src = load_block<C>(in + off[1] + b * st[1], st[1], m, ibuf);
       MMap<OC>(obuf, m) = f(CMap<C>(src, m));
       store_block(o + off[0] + b * st[0], st[0], m, obuf);
+    }
+  });
+}
+
+// out = fn(x) for a float32 function of kernels/cpu/vec_math.h, x and out of storage type
+// T (float32, or float16/bfloat16 computed in float32). Contiguous float32 runs go
+// straight through fn; other runs through a float block. fn computes every element alike
+// wherever it sits in a run, so both paths give the same bits (Note [Layout-independent
+// transcendentals]) without the padded blocks unary_loop needs for Eigen.
+template <typename T>
+void vec_unary_loop(const Tensor& x, const Tensor& out, vec::UnaryFn fn) {
+  static_assert(std::is_same_v<compute_t<T>, float>);
+  const T* in = ptr<T>(x);
+  T* o = ptr<T>(out);
+  for_each_strided<2>(out.shape(), {out.strides(), strides_for(x, out.shape())}, kVectorised,
+                      [&](int64_t n, const std::array<int64_t, 2>& off, const std::array<int64_t, 2>& st) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (st[0] == 1 && st[1] == 1) return fn(in + off[1], o + off[0], n);
+    }
+    float buf[kBlock];
+    for (int64_t b = 0; b < n; b += kBlock) {
+      const int64_t m = std::min(kBlock, n - b);
+      for (int64_t i = 0; i < m; ++i) buf[i] = convert<float>(in[off[1] + (b + i) * st[1]]);
+      fn(buf, buf, m);
+      store_block(o + off[0] + b * st[0], st[0], m, buf);
     }
   });
 }
@@ -133,6 +160,18 @@ C gelu_tanh(C x) {
 template <typename T>
 void float_unary(OpId op, const OpAttrs& attrs, const Tensor& x, const Tensor& out) {
   using C = compute_t<T>;
+  if constexpr (std::is_same_v<C, float>) {
+    const vec::Functions& v = vec::functions();
+    switch (op) {
+      case OpId::Exp: return vec_unary_loop<T>(x, out, v.exp);
+      case OpId::Sigmoid: return vec_unary_loop<T>(x, out, v.sigmoid);
+      case OpId::Tanh: return vec_unary_loop<T>(x, out, v.tanh);
+      case OpId::Erf: return vec_unary_loop<T>(x, out, v.erf);
+      case OpId::Gelu:
+        return vec_unary_loop<T>(x, out, attrs.get<GeluAttrs>(OpId::Gelu).approximate_tanh ? v.gelu_tanh : v.gelu);
+      default: break;
+    }
+  }
   switch (op) {
     case OpId::Exp: return unary_loop<T, T>(x, out, kTranscendental, [](const auto& a) { return flushed_exp<C>(a); });
     case OpId::Log: return unary_loop<T, T>(x, out, kTranscendental, [](const auto& a) { return a.log(); });
@@ -151,30 +190,13 @@ void float_unary(OpId op, const OpAttrs& attrs, const Tensor& x, const Tensor& o
       });
     case OpId::Gelu:
       if (attrs.get<GeluAttrs>(OpId::Gelu).approximate_tanh) {
-        if constexpr (std::is_same_v<C, float>) {
-          // Eigen's vectorised float tanh (a rational fit within a few ulp).
-          return unary_loop<T, T>(x, out, kTranscendental, [](const auto& a) {
-            const C k = C(0.79788456080286535588);  // sqrt(2/pi)
-            return C(0.5) * a * (C(1) + (k * (a + C(0.044715) * a * a * a)).tanh());
-          });
-        }
         return unary_loop<T, T>(x, out, kTranscendental,
                                 [](const auto& a) { return a.unaryExpr([](C v) { return gelu_tanh(v); }); });
-      }
-      if constexpr (std::is_same_v<C, float>) {
-        // Eigen's vectorised float erf (a rational fit within a few ulp) rather than a
-        // scalar std::erf call per element.
-        return unary_loop<T, T>(x, out, kTranscendental, [](const auto& a) {
-          return C(0.5) * a * (C(1) + (a * C(0.70710678118654752440)).erf());
-        });
       }
       return unary_loop<T, T>(x, out, kTranscendental,
                               [](const auto& a) { return a.unaryExpr([](C v) { return gelu_exact(v); }); });
     case OpId::Reciprocal: return unary_loop<T, T>(x, out, kCheap, [](const auto& a) { return a.inverse(); });
     case OpId::Erf:
-      if constexpr (std::is_same_v<C, float>) {
-        return unary_loop<T, T>(x, out, kTranscendental, [](const auto& a) { return a.erf(); });
-      }
       return unary_loop<T, T>(x, out, kTranscendental,
                               [](const auto& a) { return a.unaryExpr([](C v) { return C(std::erf(v)); }); });
     case OpId::StopGradient:
