@@ -16,15 +16,20 @@
 // the column split's extra packing of op(A) by more than the elements of C:
 // k (n - m) > m n. Measured at 2 threads on Zen 3 (strata-bench ops shapes and a sweep of
 // 64/128 x 512 x k): a column split costs about one packed element per element of C more
-// than a row split (its parts write C in short strided row pieces), so it wins only when
-// it saves more packing than that -- 64x512x784 (0.87x as rows), 64x9216x128 (0.75x), but
+// than a row split (fitted, not explained; its parts write C in strided row pieces), so
+// it wins only when it saves more packing than that -- 64x512x784 (0.87x as rows), 64x9216x128 (0.75x), but
 // not 128x512x10..128 or 64x512x10..64, where rows ran 1.1-2.7x faster than columns.
 //
-// A product is split only when each part is at least ~4.5 us of single-threaded work by
+// A product is split only when each part is at least ~7 us of single-threaded work by
 // gemm_cost_ns(): a hand-off to a polling worker costs ~1 us, and products of 10-50 us
 // with little arithmetic per element (the MLP's 512->10 layer: 128x10x512, 512x10x128,
-// 128x512x10) ran 1.3-1.5x faster split by rows than whole.
-#pragma once
+// 128x512x10) ran 1.3-1.5x faster split by rows than whole. That holds while the worker
+// is awake (it polls ~50 us after each job). A worker asleep costs more: after a 200 us
+// pause, 128x10x512 and 128^3 ran 0.7-0.8x split, 256x256x128 1.2-1.4x faster. Running
+// short parts on the caller alone when every worker sleeps fixed the first case but left
+// the worker asleep for a stream of short products (128^3 back to back: 0.65x), and waking
+// it on the side cost the caller as much as the split lost, so the plan ignores the
+// worker's state (and stays a function of the shape alone: run-to-run determinism).
 #pragma once
 
 #include <cstdint>
@@ -50,10 +55,11 @@ constexpr int64_t kGemmSplitColBlock = 16;
 double gemm_cost_ns(int64_t m, int64_t n, int64_t k);
 
 // The least single-threaded work per part that repays handing a part to another thread.
-// Measured at 2 threads with the worker polling (median of 41 alternating rounds): products
-// estimated at ~9 us (64x64x64, 128x10x128, 256x10x64 A^T) ran 1.1-1.3x faster split by
-// rows, 64x10x128 and 128x10x64 A^T (~5 us) 0.75-0.95x.
-constexpr double kGemmMinPartNs = 4500.0;
+// Measured at 2 threads through the matmul op with the worker polling (medians of 21-41
+// alternating rounds): products estimated at ~9 us (64x64x64, 128x10x128) ran 0.9x
+// split, ~18 us ones (512x10x64 A^T, 64x512x10 B^T) 1.0-1.3x, 128x10x512 (~35 us) 1.13x,
+// 64x10x128 and 128x10x64 A^T (~5 us) 0.75-0.95x.
+constexpr double kGemmMinPartNs = 7000.0;
 
 // The split of an m x n x k product over at most `threads` threads.
 GemmSplit plan_gemm_split(int64_t m, int64_t n, int64_t k, int threads);
