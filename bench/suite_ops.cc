@@ -39,14 +39,14 @@ const char* const kBlasName = "OpenBLAS sgemm";
 const char* const kBlasName = "Eigen GEMM";
 #endif
 Timing time_reference_sgemm(int64_t m, int64_t n, int64_t k, const float* a, const float* b, float* c, int threads,
-                            int reps, bool ta = false, bool tb = false, int inner = 1) {
+                            int reps, bool ta = false, bool tb = false, int inner = 1, int warmup = 2) {
 #if STRATA_HAS_OPENBLAS
   openblas_set_num_threads(threads);
   const int lda = int(ta ? m : k), ldb = int(tb ? k : n);
   Timing t = time_it([&] {
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m), int(n),
                 int(k), 1.0f, a, lda, b, ldb, 0.0f, c, int(n));
-  }, reps, inner);
+  }, reps, inner, warmup);
   openblas_set_num_threads(1);
   return t;
 #else
@@ -64,7 +64,7 @@ Timing time_reference_sgemm(int64_t m, int64_t n, int64_t k, const float* a, con
     } else {
       ec.noalias() = ea * eb;
     }
-  }, reps, inner);
+  }, reps, inner, warmup);
 #endif
 }
 
@@ -81,7 +81,12 @@ void let_reference_threads_sleep(int threads) {
 // strata's matmul of an m x n x k product (operands stored transposed when ta / tb) and
 // the reference GEMM on the same operands, in alternating rounds (strata, then the
 // reference, then a pause for the reference's threads) so that a load change on the
-// machine hits both; each round times enough calls for ~2 ms. Returns strata's and the
+// machine hits both; each round times enough calls for ~2 ms. Each side first runs the
+// same calls untimed: strata's round follows the 150 ms pause, in which other processes
+// evict the operands from the caches and the pool's workers fall asleep, while the
+// reference's round follows strata's on warm operands -- with one warm-up call, that
+// order alone cost strata 5-15% on the MLP's ~0.5 ms products (measured: the same split
+// timed warm ran level with OpenBLAS). Returns strata's and the
 // reference's medians over the rounds and the median of the per-round ratios (reference
 // time / strata time: robust to load drifting between rounds); best_ratio compares the
 // fastest rounds (the least disturbed by other processes on a loaded machine).
@@ -99,9 +104,9 @@ PairTiming time_matmul_pair(int64_t m, int64_t n, int64_t k, bool ta, bool tb, i
   std::vector<double> ours, ref;
   Timing t;
   for (int r = 0; r < rounds; ++r) {
-    t = time_it([&] { matmul(a, b, ta, tb); }, 1, inner, r == 0 ? 2 : 1);
+    t = time_it([&] { matmul(a, b, ta, tb); }, 1, inner, inner);
     ours.push_back(t.median_s);
-    t = time_reference_sgemm(m, n, k, a.data<float>(), b.data<float>(), c.data(), threads, 1, ta, tb, inner);
+    t = time_reference_sgemm(m, n, k, a.data<float>(), b.data<float>(), c.data(), threads, 1, ta, tb, inner, inner);
     ref.push_back(t.median_s);
     let_reference_threads_sleep(threads);
   }

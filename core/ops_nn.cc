@@ -21,17 +21,21 @@ Tensor matmul(const Tensor& a0, const Tensor& b0, bool transpose_a, bool transpo
   const int64_t n = transpose_b ? b.dim(-2) : b.dim(-1);
   STRATA_CHECK(ka == kb, "matmul: inner dimensions differ: ", shape_str(a0.shape()),
                transpose_a ? "^T" : "", " @ ", shape_str(b0.shape()), transpose_b ? "^T" : "");
-  Shape batch_a(a.shape().begin(), a.shape().begin() + (ra - 2));
-  Shape batch_b(b.shape().begin(), b.shape().begin() + (rb - 2));
   Shape shape;
-  try {
-    shape = broadcast_shapes(batch_a, batch_b, "matmul");
-  } catch (const Error&) {
-    fail("matmul: batch dimensions cannot be broadcast together: ", shape_str(a0.shape()), " @ ",
-         shape_str(b0.shape()));
+  if (ra == 2 && rb == 2) {
+    shape = {m, n};  // one allocation: a tiny product's whole op costs ~1 us
+  } else {
+    Shape batch_a(a.shape().begin(), a.shape().begin() + (ra - 2));
+    Shape batch_b(b.shape().begin(), b.shape().begin() + (rb - 2));
+    try {
+      shape = broadcast_shapes(batch_a, batch_b, "matmul");
+    } catch (const Error&) {
+      fail("matmul: batch dimensions cannot be broadcast together: ", shape_str(a0.shape()), " @ ",
+           shape_str(b0.shape()));
+    }
+    shape.push_back(m);
+    shape.push_back(n);
   }
-  shape.push_back(m);
-  shape.push_back(n);
   OpAttrs attrs;
   attrs.transpose_a = transpose_a;
   attrs.transpose_b = transpose_b;

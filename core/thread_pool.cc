@@ -74,8 +74,16 @@ class Pool {
       job_ = job;
       generation_.fetch_add(1, std::memory_order_release);
     }
-    // Cheap when every worker is polling (glibc returns at once without waiters).
-    wake_.notify_all();
+    // Wake only as many sleeping workers as there are parts for besides the caller's own: a
+    // 2-part GEMM on a 16-thread pool must not pull 15 workers out of sleep (each a futex
+    // wake-up and a core taken from whatever else runs). Polling workers need no signal;
+    // a notify without waiters is cheap (glibc returns at once).
+    const int helpers = std::min(parts - 1, int(workers_.size()));
+    if (helpers >= int(workers_.size())) {
+      wake_.notify_all();
+    } else {
+      for (int i = 0; i < helpers; ++i) wake_.notify_one();
+    }
     work(*job);
     wait_done(*job);
     {

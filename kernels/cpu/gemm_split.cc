@@ -7,15 +7,20 @@
 
 namespace strata::cpu_kernels {
 
+double gemm_cost_ns(int64_t m, int64_t n, int64_t k) {
+  const double dm = double(m), dn = double(n), dk = double(k);
+  return 2.0 * dm * dn * dk * 0.01 + (dm * dn + dm * dk + dk * dn) * 0.3;
+}
+
 GemmSplit plan_gemm_split(int64_t m, int64_t n, int64_t k, int threads) {
   if (threads <= 1 || m <= 0 || n <= 0 || k <= 0) return {};
-  // Rows unless op(B) (k x n, repacked by every row part) is much larger than op(A)
-  // (m x k, repacked by every column part).
-  const bool rows = n < 2 * m;
+  // Columns when they save more packing (op(B) per row part against op(A) per column
+  // part) than they cost in writing C (gemm_split.h).
+  const double dm = double(m), dn = double(n), dk = double(k);
+  const bool rows = !(dk * (dn - dm) > dm * dn);
   const int64_t extent = rows ? m : n, block = rows ? kGemmSplitRowBlock : kGemmSplitColBlock;
   const int64_t blocks = (extent + block - 1) / block;
-  const double flops = 2.0 * double(m) * double(n) * double(k);
-  const int64_t by_work = int64_t(flops / kGemmMinFlopsPerPart);
+  const int64_t by_work = int64_t(gemm_cost_ns(m, n, k) / kGemmMinPartNs);
   const int parts = int(std::min<int64_t>({int64_t(threads), blocks, by_work}));
   if (parts <= 1) return {};
   return {rows ? GemmSplitAxis::Rows : GemmSplitAxis::Cols, parts};

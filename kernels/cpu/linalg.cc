@@ -99,6 +99,10 @@ void matmul_typed(const Operand& A, const Operand& B, bool ta, bool tb, const Te
     // One product: split along the larger of m and n when the parts repay the threads
     // (kernels/cpu/gemm_split.h).
     const GemmSplit split = plan_gemm_split(m, n, k, available_threads());
+    if (split.axis == GemmSplitAxis::None) {  // no std::function (a heap block) for one part
+      gemm_typed<T>(eff_ta, eff_tb, m, n, k, pa, A.ld, pb, B.ld, pc, n);
+      return;
+    }
     run_gemm_split(split, m, n, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
       const T* a = pa + r0 * (eff_ta ? 1 : A.ld);
       const T* b = pb + c0 * (eff_tb ? B.ld : 1);

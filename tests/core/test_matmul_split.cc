@@ -54,23 +54,33 @@ TEST_CASE("gemm split: the plan follows the shape and the thread budget", "[lina
   CHECK(ck::plan_gemm_split(1024, 1024, 1024, 1).axis == ck::GemmSplitAxis::None);
   CHECK(ck::plan_gemm_split(0, 1024, 1024, 2).axis == ck::GemmSplitAxis::None);
   CHECK(ck::plan_gemm_split(1024, 1024, 0, 2).axis == ck::GemmSplitAxis::None);
-  // Under ~20 us of work per part (2 MFLOP): the caller runs it alone.
+  // Under ~5 us of work per part (gemm_cost_ns): the caller runs it alone.
   CHECK(ck::plan_gemm_split(32, 32, 32, 2).axis == ck::GemmSplitAxis::None);
-  CHECK(ck::plan_gemm_split(128, 512, 10, 2).axis == ck::GemmSplitAxis::None);  // the MLP's last dx
-  CHECK(ck::plan_gemm_split(64, 10, 128, 2).axis == ck::GemmSplitAxis::None);
-  // Rows, unless the product is at least twice as wide as tall: then columns, so that the
-  // operand every part repacks is the smaller one.
+  CHECK(ck::plan_gemm_split(64, 10, 128, 2).axis == ck::GemmSplitAxis::None);  // the CNN's dense2
+  CHECK(ck::plan_gemm_split(128, 10, 64, 2).axis == ck::GemmSplitAxis::None);
+  CHECK(ck::gemm_cost_ns(64, 10, 128) < 2 * ck::kGemmMinPartNs);
+  // Products with little arithmetic per element still repay a split: their time goes to
+  // packing and writing, which the parts share (the MLP's 512->10 layer at batch 128).
+  CHECK(ck::plan_gemm_split(128, 10, 512, 2).axis == ck::GemmSplitAxis::Rows);
+  CHECK(ck::plan_gemm_split(512, 10, 128, 2).axis == ck::GemmSplitAxis::Rows);
+  // Rows, unless columns save more packing of op(B) than they cost in writing C:
+  // k (n - m) > m n.
+  const ck::GemmSplit dx = ck::plan_gemm_split(128, 512, 10, 2);  // the MLP's last dx
+  CHECK(dx.axis == ck::GemmSplitAxis::Rows);
+  CHECK(dx.parts == 2);
   const ck::GemmSplit tall = ck::plan_gemm_split(784, 512, 128, 2);  // the MLP's dW
   CHECK(tall.axis == ck::GemmSplitAxis::Rows);
   CHECK(tall.parts == 2);
   const ck::GemmSplit wide = ck::plan_gemm_split(128, 512, 784, 2);  // the MLP's forward product
   CHECK(wide.axis == ck::GemmSplitAxis::Cols);
   CHECK(wide.parts == 2);
+  CHECK(ck::plan_gemm_split(128, 512, 128, 2).axis == ck::GemmSplitAxis::Rows);  // 128 * 384 < 128 * 512
+  CHECK(ck::plan_gemm_split(64, 512, 128, 2).axis == ck::GemmSplitAxis::Cols);   // 128 * 448 > 64 * 512
+  CHECK(ck::plan_gemm_split(64, 9216, 128, 2).axis == ck::GemmSplitAxis::Cols);  // the CNN's dense1 dx
   CHECK(ck::plan_gemm_split(128, 128, 128, 2).parts == 2);
   CHECK(ck::plan_gemm_split(4096, 4096, 4096, 16).parts == 16);
   CHECK(ck::plan_gemm_split(128, 128, 128, 2).axis == ck::GemmSplitAxis::Rows);
-  CHECK(ck::plan_gemm_split(128, 255, 128, 2).axis == ck::GemmSplitAxis::Rows);
-  CHECK(ck::plan_gemm_split(128, 256, 128, 2).axis == ck::GemmSplitAxis::Cols);
+  CHECK(ck::plan_gemm_split(4096, 4096, 4096, 2).axis == ck::GemmSplitAxis::Rows);
   // Never more parts than whole blocks: 20 rows are two 12-row blocks, 12 rows one.
   const ck::GemmSplit narrow = ck::plan_gemm_split(20, 10, 100000, 8);
   CHECK(narrow.axis == ck::GemmSplitAxis::Rows);
