@@ -321,7 +321,7 @@ const char* GlooCommunicator::allreduce_algorithm(int64_t bytes) const {
   if (bytes <= direct_max || bytes >= direct_again) return "direct";
   const int64_t ring_min = options_.ring_min_bytes >= 0 ? options_.ring_min_bytes
                            : size_ <= 2                  ? int64_t(4) << 20
-                                                         : int64_t(16) << 20;
+                                                         : int64_t(3) << 20;
   return bytes < ring_min ? "bcube" : "ring";
 }
 

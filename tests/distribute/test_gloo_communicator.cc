@@ -208,13 +208,16 @@ TEST_CASE("Gloo all_reduce: direct, bcube and ring all reduce correctly at every
     if (std::string(gc.allreduce_algorithm(64 << 20)) != "direct") return "64 MB should use direct";
     return {};
   }));
-  // Larger groups: direct up to 768 KB (each rank sends n-1 copies), then bcube below 16 MB.
+  // Larger groups: direct up to 768 KB (each rank sends n-1 copies), then bcube below 3 MB,
+  // the ring from 3 MB.
   require_all_ok(run_group({4}, [](int, Communicator& comm) -> std::string {
     auto& gc = dynamic_cast<GlooCommunicator&>(comm);
     if (std::string(gc.allreduce_algorithm(768 << 10)) != "direct") return "768 KB with 4 ranks should use direct";
     if (std::string(gc.allreduce_algorithm(1 << 20)) != "bcube") return "1 MB with 4 ranks should use bcube";
-    if (std::string(gc.allreduce_algorithm(8 << 20)) != "bcube") return "8 MB with 4 ranks should use bcube";
-    if (std::string(gc.allreduce_algorithm(16 << 20)) != "ring") return "16 MB with 4 ranks should use ring";
+    if (std::string(gc.allreduce_algorithm(2 << 20)) != "bcube") return "2 MB with 4 ranks should use bcube";
+    if (std::string(gc.allreduce_algorithm(3 << 20)) != "ring") return "3 MB with 4 ranks should use ring";
+    if (std::string(gc.allreduce_algorithm(4 << 20)) != "ring") return "4 MB with 4 ranks should use ring";
+    if (std::string(gc.allreduce_algorithm(64 << 20)) != "ring") return "64 MB with 4 ranks should use ring";
     return {};
   }));
 #endif
