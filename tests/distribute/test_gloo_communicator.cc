@@ -170,16 +170,17 @@ TEST_CASE("Gloo all_reduce: every dtype and op with 2, 3 and 4 ranks", "[gloo]")
   }
 }
 
-TEST_CASE("Gloo all_reduce: direct, bcube and ring all reduce correctly at every size", "[gloo]") {
+TEST_CASE("Gloo all_reduce: direct, scatter_gather, bcube and ring all reduce correctly at every size", "[gloo]") {
   if (skip_without_gloo()) return;
   for (int size : {2, 3, 4}) {
-    for (std::string algorithm : {"direct", "bcube", "ring"}) {
+    for (std::string algorithm : {"direct", "scatter_gather", "bcube", "ring"}) {
       INFO("ranks: " << size << ", " << algorithm << " everywhere");
       GroupSpec spec{size};
       spec.tweak = [algorithm](GlooCommunicatorOptions& o) {
         if (algorithm == "ring") o.comm.implementation = CommunicationImplementation::Ring;
         o.direct_max_bytes = algorithm == "direct" ? (int64_t(1) << 40) : 0;
         o.direct_again_bytes = int64_t(1) << 41;
+        o.bcube_min_bytes = algorithm == "scatter_gather" ? (int64_t(1) << 40) : 0;
         o.ring_min_bytes = algorithm == "ring" ? 0 : (int64_t(1) << 40);
       };
       require_all_ok(run_group(spec, [algorithm](int rank, Communicator& comm) -> std::string {
@@ -187,7 +188,9 @@ TEST_CASE("Gloo all_reduce: direct, bcube and ring all reduce correctly at every
         auto& gc = dynamic_cast<GlooCommunicator&>(comm);
         if (gc.allreduce_algorithm(1 << 20) != algorithm) return "algorithm choice";
 #endif
-        // 600001 floats are 5 segments of the direct exchange.
+        // 600001 floats are 5 segments of the direct exchange; scatter_gather splits them
+        // into unequal parts (600001 leaves a remainder of 1 with 2, 3 and 4 ranks) of 2-3
+        // segments each, and runs the direct exchange for fewer elements than ranks.
         for (int64_t count : {int64_t(1), int64_t(2), int64_t(5), int64_t(4099), int64_t(600001)})
           for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max})
             if (auto r = check_all_reduce(rank, comm, count, kFloat32, op); !r.empty()) return r;
@@ -208,14 +211,15 @@ TEST_CASE("Gloo all_reduce: direct, bcube and ring all reduce correctly at every
     if (std::string(gc.allreduce_algorithm(64 << 20)) != "direct") return "64 MB should use direct";
     return {};
   }));
-  // Larger groups: direct up to 768 KB (each rank sends n-1 copies), then bcube below 3 MB,
-  // the ring from 3 MB.
+  // Larger groups: direct up to 768 KB (each rank sends n-1 copies), then scatter_gather
+  // below 4 MB, the ring from 4 MB.
   require_all_ok(run_group({4}, [](int, Communicator& comm) -> std::string {
     auto& gc = dynamic_cast<GlooCommunicator&>(comm);
     if (std::string(gc.allreduce_algorithm(768 << 10)) != "direct") return "768 KB with 4 ranks should use direct";
-    if (std::string(gc.allreduce_algorithm(1 << 20)) != "bcube") return "1 MB with 4 ranks should use bcube";
-    if (std::string(gc.allreduce_algorithm(2 << 20)) != "bcube") return "2 MB with 4 ranks should use bcube";
-    if (std::string(gc.allreduce_algorithm(3 << 20)) != "ring") return "3 MB with 4 ranks should use ring";
+    if (std::string(gc.allreduce_algorithm(1 << 20)) != "scatter_gather")
+      return "1 MB with 4 ranks should use scatter_gather";
+    if (std::string(gc.allreduce_algorithm((4 << 20) - 4)) != "scatter_gather")
+      return "4 MB - 4 bytes with 4 ranks should use scatter_gather";
     if (std::string(gc.allreduce_algorithm(4 << 20)) != "ring") return "4 MB with 4 ranks should use ring";
     if (std::string(gc.allreduce_algorithm(64 << 20)) != "ring") return "64 MB with 4 ranks should use ring";
     return {};
@@ -223,7 +227,7 @@ TEST_CASE("Gloo all_reduce: direct, bcube and ring all reduce correctly at every
 #endif
 }
 
-TEST_CASE("Gloo direct all_reduce sums in rank order: every rank gets the same bits", "[gloo]") {
+TEST_CASE("Gloo direct and scatter_gather all_reduce sum in rank order: every rank gets the same bits", "[gloo]") {
   if (skip_without_gloo()) return;
   // Values whose float sums depend on the order of addition; more segments than the
   // exchange keeps in flight (its window), so scratch slots are reused.
@@ -235,52 +239,65 @@ TEST_CASE("Gloo direct all_reduce sums in rank order: every rank gets the same b
     return v;
   };
   for (int size : {2, 3, 4}) {
-    INFO("ranks: " << size);
-    std::vector<float> want = values(0);
-    for (int r = 1; r < size; ++r) {
-      const auto v = values(r);
-      for (int64_t i = 0; i < count; ++i) want[size_t(i)] += v[size_t(i)];
+    for (const bool scatter_gather : {false, true}) {
+      INFO("ranks: " << size << (scatter_gather ? ", scatter_gather" : ", direct"));
+      std::vector<float> want = values(0);
+      for (int r = 1; r < size; ++r) {
+        const auto v = values(r);
+        for (int64_t i = 0; i < count; ++i) want[size_t(i)] += v[size_t(i)];
+      }
+      GroupSpec spec{size};
+      spec.tweak = [scatter_gather](GlooCommunicatorOptions& o) {
+        o.direct_max_bytes = scatter_gather ? 0 : int64_t(1) << 40;
+        o.bcube_min_bytes = int64_t(1) << 40;
+      };
+      require_all_ok(run_group(spec, [&](int rank, Communicator& comm) -> std::string {
+        Tensor t = Tensor::from_vector(values(rank));
+        comm.all_reduce(t, ReduceOp::Sum);
+        const float* got = t.data<float>();
+        for (int64_t i = 0; i < count; ++i)
+          if (std::memcmp(&got[i], &want[size_t(i)], sizeof(float)) != 0)
+            return "element " + std::to_string(i) + " differs from the rank-order sum";
+        return {};
+      }));
     }
-    GroupSpec spec{size};
-    spec.tweak = [](GlooCommunicatorOptions& o) { o.direct_max_bytes = int64_t(1) << 40; };
-    require_all_ok(run_group(spec, [&](int rank, Communicator& comm) -> std::string {
-      Tensor t = Tensor::from_vector(values(rank));
-      comm.all_reduce(t, ReduceOp::Sum);
-      const float* got = t.data<float>();
-      for (int64_t i = 0; i < count; ++i)
-        if (std::memcmp(&got[i], &want[size_t(i)], sizeof(float)) != 0)
-          return "element " + std::to_string(i) + " differs from the rank-order sum";
-      return {};
-    }));
   }
 }
 
-TEST_CASE("Gloo direct all_reduce: NaN in max and min as std::max and std::min fold it", "[gloo]") {
+TEST_CASE("Gloo direct and scatter_gather all_reduce: NaN in max and min as std::max and std::min fold it",
+          "[gloo]") {
   if (skip_without_gloo()) return;
   // Rank r holds r + 1 everywhere but element r, which is NaN. Folding in rank order with
   // std::max / std::min (as gloo::max and gloo::min do) keeps a NaN already in the running
   // result and drops one that arrives later: only rank 0's NaN survives. A sum keeps all.
+  // scatter_gather folds each part on its owner (parts of 2, 1 and 1 elements here).
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  GroupSpec spec{3};
-  spec.tweak = [](GlooCommunicatorOptions& o) { o.direct_max_bytes = int64_t(1) << 40; };
-  require_all_ok(run_group(spec, [nan](int rank, Communicator& comm) -> std::string {
-    const std::vector<std::pair<ReduceOp, std::vector<float>>> cases = {
-        {ReduceOp::Max, {nan, 3, 2, 3}}, {ReduceOp::Min, {nan, 1, 1, 1}}, {ReduceOp::Sum, {nan, nan, nan, 6}}};
-    for (const auto& [op, want] : cases) {
-      std::vector<float> v(4, float(rank + 1));
-      v[size_t(rank)] = nan;
-      Tensor t = Tensor::from_vector(v);
-      comm.all_reduce(t, op);
-      const auto got = t.to_vector<float>();
-      for (size_t i = 0; i < want.size(); ++i) {
-        const bool same = std::isnan(want[i]) ? std::isnan(got[i]) : got[i] == want[i];
-        if (!same)
-          return std::string(op_str(op)) + ": element " + std::to_string(i) + " is " + std::to_string(got[i]) +
-                 ", expected " + std::to_string(want[i]);
+  for (const bool scatter_gather : {false, true}) {
+    INFO((scatter_gather ? "scatter_gather" : "direct"));
+    GroupSpec spec{3};
+    spec.tweak = [scatter_gather](GlooCommunicatorOptions& o) {
+      o.direct_max_bytes = scatter_gather ? 0 : int64_t(1) << 40;
+      o.bcube_min_bytes = int64_t(1) << 40;
+    };
+    require_all_ok(run_group(spec, [nan](int rank, Communicator& comm) -> std::string {
+      const std::vector<std::pair<ReduceOp, std::vector<float>>> cases = {
+          {ReduceOp::Max, {nan, 3, 2, 3}}, {ReduceOp::Min, {nan, 1, 1, 1}}, {ReduceOp::Sum, {nan, nan, nan, 6}}};
+      for (const auto& [op, want] : cases) {
+        std::vector<float> v(4, float(rank + 1));
+        v[size_t(rank)] = nan;
+        Tensor t = Tensor::from_vector(v);
+        comm.all_reduce(t, op);
+        const auto got = t.to_vector<float>();
+        for (size_t i = 0; i < want.size(); ++i) {
+          const bool same = std::isnan(want[i]) ? std::isnan(got[i]) : got[i] == want[i];
+          if (!same)
+            return std::string(op_str(op)) + ": element " + std::to_string(i) + " is " + std::to_string(got[i]) +
+                   ", expected " + std::to_string(want[i]);
+        }
       }
-    }
-    return {};
-  }));
+      return {};
+    }));
+  }
 }
 
 TEST_CASE("Gloo broadcast from every root, any dtype", "[gloo]") {
