@@ -323,9 +323,8 @@ const char* GlooCommunicator::allreduce_algorithm(int64_t bytes) const {
   const int64_t direct_max = options_.direct_max_bytes >= 0 ? options_.direct_max_bytes
                              : size_ <= 2                    ? int64_t(512) << 10
                                                              : int64_t(768) << 10;
-  const int64_t direct_again = options_.direct_again_bytes >= 0 ? options_.direct_again_bytes
-                               : size_ <= 2                      ? int64_t(16) << 20
-                                                                 : std::numeric_limits<int64_t>::max();
+  const int64_t direct_again =
+      options_.direct_again_bytes >= 0 ? options_.direct_again_bytes : std::numeric_limits<int64_t>::max();
   if (bytes <= direct_max || bytes >= direct_again) return "direct";
   const int64_t ring_min = options_.ring_min_bytes >= 0 ? options_.ring_min_bytes : int64_t(4) << 20;
   const int64_t bcube_min = options_.bcube_min_bytes >= 0 ? options_.bcube_min_bytes

@@ -81,13 +81,14 @@ struct GlooCommunicatorOptions {
   //  - Gloo's "bcube" (recursive halving-doubling) below ring_min_bytes;
   //  - Gloo's pipelined, bandwidth-optimal "ring" from ring_min_bytes.
   // -1 (the defaults) picks by group size, from loopback measurements (strata-bench
-  // collectives, bench/README.md): with 2 ranks direct up to 512 KB and from 16 MB
-  // (between them Gloo's own algorithms were faster: the direct exchange measured
-  // 0.78-0.94x at 1-4 MB), bcube below 4 MB, ring from 4 MB, no scatter_gather (it
-  // measured 0.73-0.97x the faster of bcube and ring at 1 MB); with more ranks direct
-  // up to 768 KB, scatter_gather below 4 MB, ring from 4 MB (with 4 ranks scatter_gather
-  // measured 1.10-1.35x the faster of bcube and ring at 2-3 MB, 0.96-1.16x at 1 MB, and
-  // the ring was faster than bcube from 3 MB; measured with 4 ranks only).
+  // collectives, bench/README.md): with 2 ranks direct up to 512 KB (above it Gloo's own
+  // algorithms were faster: the direct exchange measured 0.78-0.94x at 1-4 MB and, with
+  // twice the ring's summing, about 0.9x the ring at 32-64 MB), bcube below 4 MB, ring
+  // from 4 MB, no scatter_gather (it measured 0.73-0.97x the faster of bcube and ring at
+  // 1 MB); with more ranks direct up to 768 KB, scatter_gather below 4 MB, ring from 4 MB
+  // (with 4 ranks scatter_gather measured 1.10-1.35x the faster of bcube and ring at
+  // 2-3 MB, 0.96-1.16x at 1 MB, and the ring was faster than bcube from 3 MB; measured
+  // with 4 ranks only). direct_again_bytes is off by default.
   int64_t direct_max_bytes = -1;
   int64_t direct_again_bytes = -1;
   int64_t bcube_min_bytes = -1;

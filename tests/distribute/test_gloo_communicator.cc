@@ -199,16 +199,15 @@ TEST_CASE("Gloo all_reduce: direct, scatter_gather, bcube and ring all reduce co
     }
   }
 #ifdef STRATA_HAS_GLOO
-  // The defaults: with 2 ranks the direct exchange up to 512 KB and from 16 MB, Gloo's
-  // algorithms between.
+  // The defaults: with 2 ranks the direct exchange up to 512 KB, Gloo's algorithms above.
   require_all_ok(run_group({2}, [](int, Communicator& comm) -> std::string {
     auto& gc = dynamic_cast<GlooCommunicator&>(comm);
     if (std::string(gc.allreduce_algorithm(1024)) != "direct") return "1 KB should use direct";
     if (std::string(gc.allreduce_algorithm(512 << 10)) != "direct") return "512 KB should use direct";
     if (std::string(gc.allreduce_algorithm(1 << 20)) != "bcube") return "1 MB should use bcube";
     if (std::string(gc.allreduce_algorithm(4 << 20)) != "ring") return "4 MB should use ring";
-    if (std::string(gc.allreduce_algorithm(16 << 20)) != "direct") return "16 MB should use direct";
-    if (std::string(gc.allreduce_algorithm(64 << 20)) != "direct") return "64 MB should use direct";
+    if (std::string(gc.allreduce_algorithm(16 << 20)) != "ring") return "16 MB should use ring";
+    if (std::string(gc.allreduce_algorithm(64 << 20)) != "ring") return "64 MB should use ring";
     return {};
   }));
   // Larger groups: direct up to 768 KB (each rank sends n-1 copies), then scatter_gather
