@@ -124,6 +124,7 @@ int collectives_worker_main(const std::string& spec_json) {
     const auto sizes = spec.at("sizes").get<std::vector<int64_t>>();
     const int reps = spec.at("reps").get<int>();
     const double rep_seconds = spec.at("rep_seconds").get<double>();
+    const int64_t min_inner = spec.at("min_inner").get<int64_t>();
 
     auto store = std::make_shared<distribute::TcpStore>("127.0.0.1", spec.at("port").get<int>(), w.timeout);
     distribute::GlooCommunicatorOptions o;
@@ -153,7 +154,9 @@ int collectives_worker_main(const std::string& spec_json) {
       // Zeros stay zeros under Sum: no overflow or denormals however often it runs.
       Tensor buf = Tensor::from_vector(std::vector<float>(size_t(count), 0.0f));
       // Warm up, then size the repetitions so that one lasts about rep_seconds over all
-      // variants (rank 0 decides, so every rank calls the same number of times).
+      // variants (rank 0 decides, so every rank calls the same number of times), but
+      // holds at least min_inner calls of each: from 16 MB one call of each variant
+      // already takes longer, and a repetition of single calls is as noisy as one call.
       double once_all = 0;
       for (int v = 0; v < kVariants; ++v) {
         w.all_reduce(Variant(v), buf);
@@ -164,7 +167,7 @@ int collectives_worker_main(const std::string& spec_json) {
         once_all += w.slowest(std::chrono::duration<double>(Clock::now() - t0).count());
       }
       Tensor inner_t = Tensor::from_vector(
-          std::vector<int64_t>{std::clamp<int64_t>(int64_t(rep_seconds / std::max(once_all, 1e-7)), 1, 100000)});
+          std::vector<int64_t>{std::clamp<int64_t>(int64_t(rep_seconds / std::max(once_all, 1e-7)), min_inner, 100000)});
       w.comm->broadcast(inner_t, 0);
       const int64_t inner = inner_t.data<int64_t>()[0];
       // The variants alternate call by call, so that load from other processes on the

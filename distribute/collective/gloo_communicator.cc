@@ -21,6 +21,7 @@
 #include <signal.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -59,6 +60,11 @@ namespace {
 using Millis = std::chrono::milliseconds;
 
 Millis to_millis(double seconds) { return Millis(int64_t(std::ceil(seconds * 1000.0))); }
+
+// What is left of a call's deadline for one more wait (at least 1 ms).
+Millis time_left(std::chrono::steady_clock::time_point deadline) {
+  return std::max(Millis(1), std::chrono::duration_cast<Millis>(deadline - std::chrono::steady_clock::now()));
+}
 
 std::string seconds_str(double s) {
   std::ostringstream os;
@@ -212,6 +218,8 @@ void (*combine_fn(ReduceOp op))(void*, const void*, const void*, size_t) {
 
 // The direct exchange's slots (Gloo's own collectives use prefixes 0x01-0x08).
 constexpr uint8_t kDirectSlotPrefix = 0x41;
+// The all-gather round of the scatter-gather all-reduce (its first round uses the above).
+constexpr uint8_t kScatterGatherSlotPrefix = 0x42;
 // Segments of the direct exchange: large enough that per-message costs (a wake-up of
 // Gloo's loop thread and of this one) stay small against the bytes, small enough that
 // summing one segment overlaps receiving the next ones. kDirectWindow segments per peer
@@ -326,13 +334,14 @@ const char* GlooCommunicator::allreduce_algorithm(int64_t bytes) const {
   const int64_t direct_max = options_.direct_max_bytes >= 0 ? options_.direct_max_bytes
                              : size_ <= 2                    ? int64_t(512) << 10
                                                              : int64_t(768) << 10;
-  const int64_t direct_again = options_.direct_again_bytes >= 0 ? options_.direct_again_bytes
-                               : size_ <= 2                      ? int64_t(16) << 20
-                                                                 : std::numeric_limits<int64_t>::max();
+  const int64_t direct_again =
+      options_.direct_again_bytes >= 0 ? options_.direct_again_bytes : std::numeric_limits<int64_t>::max();
   if (bytes <= direct_max || bytes >= direct_again) return "direct";
-  const int64_t ring_min = options_.ring_min_bytes >= 0 ? options_.ring_min_bytes
-                           : size_ <= 2                  ? int64_t(4) << 20
-                                                         : int64_t(16) << 20;
+  const int64_t ring_min = options_.ring_min_bytes >= 0 ? options_.ring_min_bytes : int64_t(4) << 20;
+  const int64_t bcube_min = options_.bcube_min_bytes >= 0 ? options_.bcube_min_bytes
+                            : size_ <= 2                   ? 0
+                                                           : ring_min;
+  if (bytes < bcube_min) return "scatter_gather";
   return bytes < ring_min ? "bcube" : "ring";
 }
 
@@ -553,22 +562,26 @@ uint8_t* GlooCommunicator::scratch(size_t bytes) {
   return scratch_.get();
 }
 
-void GlooCommunicator::direct_reduce(const uint8_t* const* send_for, const uint8_t* local, uint8_t* out,
-                                     size_t bytes, size_t element_size, Combine combine) {
-  using Clock = std::chrono::steady_clock;
-  const size_t seg = std::min(bytes, kDirectSegment);  // a multiple of every element size
-  const size_t segments = (bytes + seg - 1) / seg;
+GlooCommunicator::Deadline GlooCommunicator::deadline() const {
+  return std::chrono::steady_clock::now() + to_millis(options_.comm.timeout_seconds);
+}
+
+void GlooCommunicator::direct_reduce(const uint8_t* const* send_for, const size_t* send_bytes, const uint8_t* local,
+                                     uint8_t* out, size_t bytes, size_t element_size, Combine combine,
+                                     Deadline deadline) {
+  // Every message is cut into segments of the receiver's: seg(b) for a part of b bytes.
+  const auto seg_of = [](size_t b) { return std::min(b, kDirectSegment); };  // a multiple of every element size
+  const auto count_of = [&](size_t b) { return (b + seg_of(b) - 1) / seg_of(b); };
+  const auto length_of = [&](size_t b, size_t k) { return std::min(seg_of(b), b - k * seg_of(b)); };
+  const auto to = [&](int p) { return send_bytes ? send_bytes[p] : bytes; };
+  const size_t seg = seg_of(bytes);
+  const size_t segments = count_of(bytes);
   const size_t window = std::min(segments, kDirectWindow);
   const size_t slot_bytes = window * seg;  // per peer
   uint8_t* received = scratch(size_t(size_ - 1) * slot_bytes);
   const auto peer_slots = [&](int p) { return received + size_t(p < rank_ ? p : p - 1) * slot_bytes; };
   const uint64_t slot = gloo::Slot::build(kDirectSlotPrefix, uint32_t(calls_));
-  // One deadline for the whole call, however many waits it takes.
-  const auto deadline = Clock::now() + to_millis(options_.comm.timeout_seconds);
-  const auto left = [&] {
-    return std::max(Millis(1), std::chrono::duration_cast<Millis>(deadline - Clock::now()));
-  };
-  const auto length = [&](size_t k) { return std::min(seg, bytes - k * seg); };
+  const auto left = [&] { return time_left(deadline); };
   // One buffer per peer and direction: Gloo completes a buffer's operations with one
   // peer in order, so the k-th completed wait is segment k.
   const size_t ranks = static_cast<size_t>(size_);
@@ -576,26 +589,30 @@ void GlooCommunicator::direct_reduce(const uint8_t* const* send_for, const uint8
   for (int p = 0; p < size_; ++p) {
     if (p == rank_) continue;
     receiver[size_t(p)] = context_->createUnboundBuffer(peer_slots(p), slot_bytes);
-    sender[size_t(p)] = context_->createUnboundBuffer(const_cast<uint8_t*>(send_for[p]), bytes);
+    sender[size_t(p)] = context_->createUnboundBuffer(const_cast<uint8_t*>(send_for[p]), to(p));
   }
   // Receives first, then every send: Gloo writes a send once the peer has announced a
   // receive for it, so at most `window` segments per peer are in flight.
   for (size_t k = 0; k < window; ++k)
     for (int p = 0; p < size_; ++p)
-      if (p != rank_) receiver[size_t(p)]->recv(p, slot, k * seg, length(k));
-  for (size_t k = 0; k < segments; ++k)
+      if (p != rank_) receiver[size_t(p)]->recv(p, slot, k * seg, length_of(bytes, k));
+  const size_t most_sent = send_bytes ? *std::max_element(send_bytes, send_bytes + size_) : bytes;
+  for (size_t k = 0; k < count_of(most_sent); ++k)
     for (int p = 0; p < size_; ++p)
-      if (p != rank_) sender[size_t(p)]->send(p, slot, k * seg, length(k));
-  const bool in_place = out == local;
+      if (p != rank_ && k < count_of(to(p))) sender[size_t(p)]->send(p, slot, k * seg_of(to(p)), length_of(to(p), k));
+  const bool out_is_local = out == local;
+  // All-reduce in place sends `out` itself: a segment is overwritten only after it has
+  // gone out to every peer (then every peer is sent `bytes`, segmented as received).
+  bool out_is_sent = false;
+  for (int p = 0; p < size_; ++p) out_is_sent |= p != rank_ && send_for[p] == out;
   for (size_t k = 0; k < segments; ++k) {
     const size_t offset = k * seg;
     const size_t in_slot = (k % window) * seg;
-    const size_t n = length(k) / element_size;
+    const size_t n = length_of(bytes, k) / element_size;
     for (int p = 0; p < size_; ++p) {
       if (p == rank_) continue;
       if (!receiver[size_t(p)]->waitRecv(left())) throw std::runtime_error("the receive was aborted");
-      // In place, this segment is overwritten below: it must have gone out to every peer.
-      if (in_place && !sender[size_t(p)]->waitSend(left())) throw std::runtime_error("the send was aborted");
+      if (out_is_sent && !sender[size_t(p)]->waitSend(left())) throw std::runtime_error("the send was aborted");
     }
     // ((c0 op c1) op c2) ...: every rank combines in the same order, so every rank gets
     // the same bits (float addition is commutative but not associative).
@@ -603,7 +620,7 @@ void GlooCommunicator::direct_reduce(const uint8_t* const* send_for, const uint8
       return q == rank_ ? const_cast<uint8_t*>(local) + offset : peer_slots(q) + in_slot;
     };
     uint8_t* o = out + offset;
-    if (!in_place) {
+    if (!out_is_local) {
       combine(o, part(0), part(1), n);
       for (int q = 2; q < size_; ++q) combine(o, o, part(q), n);
     } else if (rank_ == 0) {
@@ -611,19 +628,57 @@ void GlooCommunicator::direct_reduce(const uint8_t* const* send_for, const uint8
     } else {
       // The ranks before this one are combined in peer 0's slot, then with this rank's
       // own values (in that order), then the ranks after it.
-      uint8_t* prefix = part(0);
-      for (int q = 1; q < rank_; ++q) combine(prefix, prefix, part(q), n);
-      combine(o, prefix, o, n);
+      uint8_t* before = part(0);
+      for (int q = 1; q < rank_; ++q) combine(before, before, part(q), n);
+      combine(o, before, o, n);
       for (int q = rank_ + 1; q < size_; ++q) combine(o, o, part(q), n);
     }
     if (k + window < segments)
       for (int p = 0; p < size_; ++p)
-        if (p != rank_) receiver[size_t(p)]->recv(p, slot, in_slot, length(k + window));
+        if (p != rank_) receiver[size_t(p)]->recv(p, slot, in_slot, length_of(bytes, k + window));
   }
-  if (!in_place)
-    for (size_t k = 0; k < segments; ++k)
-      for (int p = 0; p < size_; ++p)
-        if (p != rank_ && !sender[size_t(p)]->waitSend(left())) throw std::runtime_error("the send was aborted");
+  if (!out_is_sent)
+    for (int p = 0; p < size_; ++p)
+      for (size_t k = 0; p != rank_ && k < count_of(to(p)); ++k)
+        if (!sender[size_t(p)]->waitSend(left())) throw std::runtime_error("the send was aborted");
+}
+
+void GlooCommunicator::scatter_gather_reduce(uint8_t* data, int64_t n, size_t element_size, Combine combine) {
+  // One deadline for the whole call, both rounds.
+  const Deadline deadline = this->deadline();
+  // Part p of the buffer (p's share of the reduction): n / size elements, one more for
+  // the first n % size parts.
+  const size_t ranks = static_cast<size_t>(size_);
+  std::vector<size_t> offset(ranks), length(ranks);
+  std::vector<const uint8_t*> send_for(ranks);
+  for (size_t p = 0, at = 0; p < ranks; ++p) {
+    const int64_t elems = n / size_ + (int64_t(p) < n % size_ ? 1 : 0);
+    offset[p] = at;
+    length[p] = size_t(elems) * element_size;
+    send_for[p] = data + at;
+    at += length[p];
+  }
+  const size_t mine = size_t(rank_);
+  uint8_t* own = data + offset[mine];
+  // Round 1, a reduce-scatter: every peer is sent its part, and this rank's part is
+  // reduced in place from every rank's (the direct exchange over one part per peer).
+  direct_reduce(send_for.data(), length.data(), own, own, length[mine], element_size, combine, deadline);
+  // Round 2, an all-gather: this rank's reduced part to every peer, theirs into place
+  // (the parts this rank sent in round 1 are overwritten only after those sends
+  // completed, and a peer's part arrives only once its receive is posted below).
+  const uint64_t slot = gloo::Slot::build(kScatterGatherSlotPrefix, uint32_t(calls_));
+  size_t total = 0;
+  for (size_t l : length) total += l;
+  auto buffer = context_->createUnboundBuffer(data, total);
+  for (int p = 0; p < size_; ++p)
+    if (p != rank_) buffer->recv(p, slot, offset[size_t(p)], length[size_t(p)]);
+  for (int p = 0; p < size_; ++p)
+    if (p != rank_) buffer->send(p, slot, offset[mine], length[mine]);
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    if (!buffer->waitRecv(time_left(deadline))) throw std::runtime_error("the receive was aborted");
+    if (!buffer->waitSend(time_left(deadline))) throw std::runtime_error("the send was aborted");
+  }
 }
 
 void GlooCommunicator::reduce_raw(void* data, DType dtype, int64_t n, ReduceOp op, const Call& call) {
@@ -637,11 +692,17 @@ void GlooCommunicator::reduce_raw(void* data, DType dtype, int64_t n, ReduceOp o
     return;
   }
   const char* algorithm = allreduce_algorithm(bytes);
-  if (algorithm[0] == 'd') {
+  // scatter_gather needs a part for every rank; with fewer elements, the direct exchange.
+  if (algorithm[0] == 's' && n >= size_) {
+    const CombineFn combine = combine_for(dtype, op, call.op);
+    run(call, [&] { scatter_gather_reduce(static_cast<uint8_t*>(data), n, element_size, combine); });
+    return;
+  }
+  if (algorithm[0] == 'd' || algorithm[0] == 's') {
     const CombineFn combine = combine_for(dtype, op, call.op);
     auto* p = static_cast<uint8_t*>(data);
     const std::vector<const uint8_t*> send_for(size_t(size_), p);
-    run(call, [&] { direct_reduce(send_for.data(), p, p, size_t(bytes), element_size, combine); });
+    run(call, [&] { direct_reduce(send_for.data(), nullptr, p, p, size_t(bytes), element_size, combine, deadline()); });
     return;
   }
   const auto gloo_algorithm = algorithm[0] == 'r' ? gloo::AllreduceOptions::Algorithm::RING
@@ -790,7 +851,8 @@ void GlooCommunicator::reduce_scatter(const Tensor& input, const Tensor& output,
     const CombineFn combine = combine_for(wide, op, "reduce_scatter");
     std::vector<const uint8_t*> send_for(static_cast<size_t>(size_));
     for (int p = 0; p < size_; ++p) send_for[size_t(p)] = src + size_t(p) * part_bytes;
-    run(call, [&] { direct_reduce(send_for.data(), mine, dst, part_bytes, element_size, combine); });
+    run(call,
+        [&] { direct_reduce(send_for.data(), nullptr, mine, dst, part_bytes, element_size, combine, deadline()); });
     if (op == ReduceOp::Mean) divide_by(dst, wide, part, size_);
   }
   if (dst != output.raw_data()) detail::convert_elements(dst, wide, output.raw_data(), output.dtype(), part);

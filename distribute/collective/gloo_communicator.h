@@ -31,6 +31,7 @@
 // without it make_gloo_communicator throws "built without Gloo".
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -64,7 +65,7 @@ struct GlooCommunicatorOptions {
   // timeout_seconds bounds the rendezvous and every collective; implementation Ring
   // forces the ring all-reduce at every size.
   CommunicationOptions comm;
-  // all_reduce picks one of three algorithms by buffer size (allreduce_algorithm()):
+  // all_reduce picks one of four algorithms by buffer size (allreduce_algorithm()):
   //  - "direct" up to direct_max_bytes, and from direct_again_bytes: every rank sends
   //    its buffer to every other in one round and sums what it receives locally, in
   //    rank order (so every rank computes bit-identical results), in 512 KB segments so
@@ -73,17 +74,27 @@ struct GlooCommunicatorOptions {
   //    steps; each rank sends (n-1) x bytes: with 2 ranks as many as the ring, with more
   //    ranks more, which is why it is only for small buffers there. The scratch buffer
   //    holds at most 8 segments (4 MB) per peer and lives as long as the communicator.
+  //  - "scatter_gather" below bcube_min_bytes: two rounds, a reduce-scatter (the direct
+  //    exchange over one n-th of the buffer per peer: each rank reduces its own part, in
+  //    rank order) and an all-gather (each rank sends its reduced part to every peer).
+  //    The ring's bytes in 2 dependent steps instead of 2(n-1). With fewer elements than
+  //    ranks it runs the direct exchange instead.
   //  - Gloo's "bcube" (recursive halving-doubling) below ring_min_bytes;
   //  - Gloo's pipelined, bandwidth-optimal "ring" from ring_min_bytes.
   // All of this only over TCP: when the ranks share this machine (comm.shared_memory),
   // all_reduce goes through shared memory instead, at every size ("shared_memory").
   // -1 (the defaults) picks by group size, from loopback measurements (strata-bench
-  // collectives, bench/README.md): with 2 ranks direct up to 512 KB and from 16 MB
-  // (between them Gloo's own algorithms were faster: the direct exchange measured
-  // 0.78-0.94x at 1-4 MB), bcube below 4 MB, ring from 4 MB; with more ranks direct up
-  // to 768 KB, bcube below 16 MB, ring from 16 MB.
+  // collectives, bench/README.md): with 2 ranks direct up to 512 KB (above it Gloo's own
+  // algorithms were faster: the direct exchange measured 0.78-0.94x at 1-4 MB and, with
+  // twice the ring's summing, about 0.9x the ring at 32-64 MB), bcube below 4 MB, ring
+  // from 4 MB, no scatter_gather (it measured 0.73-0.97x the faster of bcube and ring at
+  // 1 MB); with more ranks direct up to 768 KB, scatter_gather below 4 MB, ring from 4 MB
+  // (with 4 ranks scatter_gather measured 1.10-1.35x the faster of bcube and ring at
+  // 2-3 MB, 0.96-1.16x at 1 MB, and the ring was faster than bcube from 3 MB; measured
+  // with 4 ranks only). direct_again_bytes is off by default.
   int64_t direct_max_bytes = -1;
   int64_t direct_again_bytes = -1;
+  int64_t bcube_min_bytes = -1;
   int64_t ring_min_bytes = -1;
   // A second client of the same store for the heartbeat thread (its timeout should be
   // comm.stall_timeout_seconds). Null: no heartbeats, so a stalled peer is only found at
@@ -118,7 +129,8 @@ class GlooCommunicator final : public Communicator {
   void reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op) override;
   void barrier() override;
 
-  // "shared_memory", "direct", "bcube" or "ring": the algorithm all_reduce uses for a
+  // "shared_memory", "direct", "scatter_gather", "bcube" or "ring": the algorithm
+  // all_reduce uses for a
   // buffer of `bytes` (GlooCommunicatorOptions::direct_max_bytes). reduce_scatter always
   // runs the direct exchange on each rank's slice.
   const char* allreduce_algorithm(int64_t bytes) const;
@@ -135,13 +147,18 @@ class GlooCommunicator final : public Communicator {
   using Combine = void (*)(void* out, const void* a, const void* b, size_t n);
   void check_usable(const char* op) const;
   void reduce_raw(void* data, DType dtype, int64_t n, ReduceOp op, const Call& call);
-  // The direct exchange (see direct_max_bytes): each peer p is sent `bytes` from
-  // send_for[p] and sends this rank as many; `out` receives, element by element, the
-  // reduction in rank order of every rank's contribution (this rank's is `local`). When
-  // `out` is also what is sent (all_reduce in place), a segment is overwritten only
-  // after it has gone out to every peer.
-  void direct_reduce(const uint8_t* const* send_for, const uint8_t* local, uint8_t* out, size_t bytes,
-                     size_t element_size, Combine combine);
+  // The direct exchange (see direct_max_bytes): each peer p is sent send_bytes[p] bytes
+  // (all `bytes` when send_bytes is null) from send_for[p] and sends this rank `bytes`;
+  // `out` receives, element by element, the reduction in rank order of every rank's
+  // contribution (this rank's is `local`). When `out` is also what is sent (all_reduce
+  // in place), a segment is overwritten only after it has gone out to every peer.
+  // Every wait ends by `deadline` (one for the whole call, however many waits it takes).
+  using Deadline = std::chrono::steady_clock::time_point;
+  Deadline deadline() const;  // now + CommunicationOptions::timeout_seconds
+  void direct_reduce(const uint8_t* const* send_for, const size_t* send_bytes, const uint8_t* local, uint8_t* out,
+                     size_t bytes, size_t element_size, Combine combine, Deadline deadline);
+  // The scatter-gather all-reduce of n elements in place (see scatter_gather_min_bytes).
+  void scatter_gather_reduce(uint8_t* data, int64_t n, size_t element_size, Combine combine);
   uint8_t* scratch(size_t bytes);
   template <typename Fn>
   void run(const Call& call, Fn&& fn);

@@ -170,10 +170,10 @@ TEST_CASE("Gloo all_reduce: every dtype and op with 2, 3 and 4 ranks", "[gloo]")
   }
 }
 
-TEST_CASE("Gloo all_reduce: direct, bcube and ring all reduce correctly at every size", "[gloo]") {
+TEST_CASE("Gloo all_reduce: direct, scatter_gather, bcube and ring all reduce correctly at every size", "[gloo]") {
   if (skip_without_gloo()) return;
   for (int size : {2, 3, 4}) {
-    for (std::string algorithm : {"direct", "bcube", "ring"}) {
+    for (std::string algorithm : {"direct", "scatter_gather", "bcube", "ring"}) {
       INFO("ranks: " << size << ", " << algorithm << " everywhere");
       GroupSpec spec{size};
       spec.tweak = [algorithm](GlooCommunicatorOptions& o) {
@@ -181,6 +181,7 @@ TEST_CASE("Gloo all_reduce: direct, bcube and ring all reduce correctly at every
         if (algorithm == "ring") o.comm.implementation = CommunicationImplementation::Ring;
         o.direct_max_bytes = algorithm == "direct" ? (int64_t(1) << 40) : 0;
         o.direct_again_bytes = int64_t(1) << 41;
+        o.bcube_min_bytes = algorithm == "scatter_gather" ? (int64_t(1) << 40) : 0;
         o.ring_min_bytes = algorithm == "ring" ? 0 : (int64_t(1) << 40);
       };
       require_all_ok(run_group(spec, [algorithm](int rank, Communicator& comm) -> std::string {
@@ -188,7 +189,9 @@ TEST_CASE("Gloo all_reduce: direct, bcube and ring all reduce correctly at every
         auto& gc = dynamic_cast<GlooCommunicator&>(comm);
         if (gc.allreduce_algorithm(1 << 20) != algorithm) return "algorithm choice";
 #endif
-        // 600001 floats are 5 segments of the direct exchange.
+        // 600001 floats are 5 segments of the direct exchange; scatter_gather splits them
+        // into unequal parts (600001 leaves a remainder of 1 with 2, 3 and 4 ranks) of 2-3
+        // segments each, and runs the direct exchange for fewer elements than ranks.
         for (int64_t count : {int64_t(1), int64_t(2), int64_t(5), int64_t(4099), int64_t(600001)})
           for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max})
             if (auto r = check_all_reduce(rank, comm, count, kFloat32, op); !r.empty()) return r;
@@ -197,8 +200,8 @@ TEST_CASE("Gloo all_reduce: direct, bcube and ring all reduce correctly at every
     }
   }
 #ifdef STRATA_HAS_GLOO
-  // The defaults over TCP: with 2 ranks the direct exchange up to 512 KB and from 16 MB,
-  // Gloo's algorithms between.
+  // The defaults over TCP: with 2 ranks the direct exchange up to 512 KB, Gloo's
+  // algorithms above.
   GroupSpec tcp2{2};
   tcp2.tweak = [](GlooCommunicatorOptions& o) { o.comm.shared_memory = false; };
   require_all_ok(run_group(tcp2, [](int, Communicator& comm) -> std::string {
@@ -207,25 +210,29 @@ TEST_CASE("Gloo all_reduce: direct, bcube and ring all reduce correctly at every
     if (std::string(gc.allreduce_algorithm(512 << 10)) != "direct") return "512 KB should use direct";
     if (std::string(gc.allreduce_algorithm(1 << 20)) != "bcube") return "1 MB should use bcube";
     if (std::string(gc.allreduce_algorithm(4 << 20)) != "ring") return "4 MB should use ring";
-    if (std::string(gc.allreduce_algorithm(16 << 20)) != "direct") return "16 MB should use direct";
-    if (std::string(gc.allreduce_algorithm(64 << 20)) != "direct") return "64 MB should use direct";
+    if (std::string(gc.allreduce_algorithm(16 << 20)) != "ring") return "16 MB should use ring";
+    if (std::string(gc.allreduce_algorithm(64 << 20)) != "ring") return "64 MB should use ring";
     return {};
   }));
-  // Larger groups: direct up to 768 KB (each rank sends n-1 copies), then bcube below 16 MB.
+  // Larger groups: direct up to 768 KB (each rank sends n-1 copies), then scatter_gather
+  // below 4 MB, the ring from 4 MB.
   GroupSpec tcp4{4};
   tcp4.tweak = tcp2.tweak;
   require_all_ok(run_group(tcp4, [](int, Communicator& comm) -> std::string {
     auto& gc = dynamic_cast<GlooCommunicator&>(comm);
     if (std::string(gc.allreduce_algorithm(768 << 10)) != "direct") return "768 KB with 4 ranks should use direct";
-    if (std::string(gc.allreduce_algorithm(1 << 20)) != "bcube") return "1 MB with 4 ranks should use bcube";
-    if (std::string(gc.allreduce_algorithm(8 << 20)) != "bcube") return "8 MB with 4 ranks should use bcube";
-    if (std::string(gc.allreduce_algorithm(16 << 20)) != "ring") return "16 MB with 4 ranks should use ring";
+    if (std::string(gc.allreduce_algorithm(1 << 20)) != "scatter_gather")
+      return "1 MB with 4 ranks should use scatter_gather";
+    if (std::string(gc.allreduce_algorithm((4 << 20) - 4)) != "scatter_gather")
+      return "4 MB - 4 bytes with 4 ranks should use scatter_gather";
+    if (std::string(gc.allreduce_algorithm(4 << 20)) != "ring") return "4 MB with 4 ranks should use ring";
+    if (std::string(gc.allreduce_algorithm(64 << 20)) != "ring") return "64 MB with 4 ranks should use ring";
     return {};
   }));
 #endif
 }
 
-TEST_CASE("Gloo all_reduce sums in rank order, direct and through shared memory: every rank gets the same bits",
+TEST_CASE("Gloo direct, scatter_gather and shared-memory all_reduce sum in rank order: every rank gets the same bits",
           "[gloo]") {
   if (skip_without_gloo()) return;
   // Values whose float sums depend on the order of addition; more segments than the
@@ -238,72 +245,76 @@ TEST_CASE("Gloo all_reduce sums in rank order, direct and through shared memory:
     return v;
   };
   for (int size : {2, 3, 4}) {
-    INFO("ranks: " << size);
-    std::vector<float> want = values(0);
-    for (int r = 1; r < size; ++r) {
-      const auto v = values(r);
-      for (int64_t i = 0; i < count; ++i) want[size_t(i)] += v[size_t(i)];
-    }
-    for (bool shared : {false, true}) {
-    INFO((shared ? "shared memory" : "direct over TCP"));
-    GroupSpec spec{size};
-    spec.tweak = [shared](GlooCommunicatorOptions& o) {
-      o.direct_max_bytes = int64_t(1) << 40;
-      o.comm.shared_memory = shared;
-    };
-    require_all_ok(run_group(spec, [&](int rank, Communicator& comm) -> std::string {
+    for (const std::string mode : {"direct", "scatter_gather", "shared_memory"}) {
+      INFO("ranks: " << size << ", " << mode);
+      const bool scatter_gather = mode == "scatter_gather", shared = mode == "shared_memory";
+      std::vector<float> want = values(0);
+      for (int r = 1; r < size; ++r) {
+        const auto v = values(r);
+        for (int64_t i = 0; i < count; ++i) want[size_t(i)] += v[size_t(i)];
+      }
+      GroupSpec spec{size};
+      spec.tweak = [scatter_gather, shared](GlooCommunicatorOptions& o) {
+        o.direct_max_bytes = scatter_gather ? 0 : int64_t(1) << 40;
+        o.bcube_min_bytes = int64_t(1) << 40;
+        o.comm.shared_memory = shared;
+      };
+      require_all_ok(run_group(spec, [&](int rank, Communicator& comm) -> std::string {
 #ifdef STRATA_HAS_GLOO
-      auto& gc = dynamic_cast<GlooCommunicator&>(comm);
-      if (gc.uses_shared_memory() != shared) return "shared memory in use: " + std::to_string(gc.uses_shared_memory());
+        auto& gc = dynamic_cast<GlooCommunicator&>(comm);
+        if (gc.uses_shared_memory() != shared) return "shared memory in use: " + gc.shared_memory_unavailable();
 #endif
-      Tensor t = Tensor::from_vector(values(rank));
-      comm.all_reduce(t, ReduceOp::Sum);
-      const float* got = t.data<float>();
-      for (int64_t i = 0; i < count; ++i)
-        if (std::memcmp(&got[i], &want[size_t(i)], sizeof(float)) != 0)
-          return "element " + std::to_string(i) + " differs from the rank-order sum";
-      // Again: the shared-memory slots are reused across calls.
-      t = Tensor::from_vector(values(rank));
-      comm.all_reduce(t, ReduceOp::Sum);
-      if (std::memcmp(t.data<float>(), want.data(), want.size() * sizeof(float)) != 0) return "second call differs";
-      return {};
-    }));
+        Tensor t = Tensor::from_vector(values(rank));
+        comm.all_reduce(t, ReduceOp::Sum);
+        const float* got = t.data<float>();
+        for (int64_t i = 0; i < count; ++i)
+          if (std::memcmp(&got[i], &want[size_t(i)], sizeof(float)) != 0)
+            return "element " + std::to_string(i) + " differs from the rank-order sum";
+        // Again: buffers (the shared-memory slots, the scratch) are reused across calls.
+        t = Tensor::from_vector(values(rank));
+        comm.all_reduce(t, ReduceOp::Sum);
+        if (std::memcmp(t.data<float>(), want.data(), want.size() * sizeof(float)) != 0) return "second call differs";
+        return {};
+      }));
     }
   }
 }
 
-TEST_CASE("Gloo direct and shared-memory all_reduce: NaN in max and min as std::max and std::min fold it",
+TEST_CASE("Gloo direct, scatter_gather and shared-memory all_reduce: NaN in max and min as std::max and std::min",
           "[gloo]") {
   if (skip_without_gloo()) return;
   // Rank r holds r + 1 everywhere but element r, which is NaN. Folding in rank order with
   // std::max / std::min (as gloo::max and gloo::min do) keeps a NaN already in the running
   // result and drops one that arrives later: only rank 0's NaN survives. A sum keeps all.
+  // scatter_gather folds each part on its owner (parts of 2, 1 and 1 elements here).
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  for (bool shared : {false, true}) {
-  INFO((shared ? "shared memory" : "direct over TCP"));
-  GroupSpec spec{3};
-  spec.tweak = [shared](GlooCommunicatorOptions& o) {
-    o.direct_max_bytes = int64_t(1) << 40;
-    o.comm.shared_memory = shared;
-  };
-  require_all_ok(run_group(spec, [nan](int rank, Communicator& comm) -> std::string {
-    const std::vector<std::pair<ReduceOp, std::vector<float>>> cases = {
-        {ReduceOp::Max, {nan, 3, 2, 3}}, {ReduceOp::Min, {nan, 1, 1, 1}}, {ReduceOp::Sum, {nan, nan, nan, 6}}};
-    for (const auto& [op, want] : cases) {
-      std::vector<float> v(4, float(rank + 1));
-      v[size_t(rank)] = nan;
-      Tensor t = Tensor::from_vector(v);
-      comm.all_reduce(t, op);
-      const auto got = t.to_vector<float>();
-      for (size_t i = 0; i < want.size(); ++i) {
-        const bool same = std::isnan(want[i]) ? std::isnan(got[i]) : got[i] == want[i];
-        if (!same)
-          return std::string(op_str(op)) + ": element " + std::to_string(i) + " is " + std::to_string(got[i]) +
-                 ", expected " + std::to_string(want[i]);
+  for (const std::string mode : {"direct", "scatter_gather", "shared_memory"}) {
+    INFO(mode);
+    const bool scatter_gather = mode == "scatter_gather", shared = mode == "shared_memory";
+    GroupSpec spec{3};
+    spec.tweak = [scatter_gather, shared](GlooCommunicatorOptions& o) {
+      o.direct_max_bytes = scatter_gather ? 0 : int64_t(1) << 40;
+      o.bcube_min_bytes = int64_t(1) << 40;
+      o.comm.shared_memory = shared;
+    };
+    require_all_ok(run_group(spec, [nan](int rank, Communicator& comm) -> std::string {
+      const std::vector<std::pair<ReduceOp, std::vector<float>>> cases = {
+          {ReduceOp::Max, {nan, 3, 2, 3}}, {ReduceOp::Min, {nan, 1, 1, 1}}, {ReduceOp::Sum, {nan, nan, nan, 6}}};
+      for (const auto& [op, want] : cases) {
+        std::vector<float> v(4, float(rank + 1));
+        v[size_t(rank)] = nan;
+        Tensor t = Tensor::from_vector(v);
+        comm.all_reduce(t, op);
+        const auto got = t.to_vector<float>();
+        for (size_t i = 0; i < want.size(); ++i) {
+          const bool same = std::isnan(want[i]) ? std::isnan(got[i]) : got[i] == want[i];
+          if (!same)
+            return std::string(op_str(op)) + ": element " + std::to_string(i) + " is " + std::to_string(got[i]) +
+                   ", expected " + std::to_string(want[i]);
+        }
       }
-    }
-    return {};
-  }));
+      return {};
+    }));
   }
 }
 
