@@ -134,6 +134,7 @@ int collectives_worker_main(const std::string& spec_json) {
     o.prefix = prefix + "/strata";
     o.hostname = "127.0.0.1";
     o.comm.timeout_seconds = w.timeout;
+    o.comm.shared_memory = spec.value("shared_memory", false);
     w.comm = distribute::make_gloo_communicator(o);
     auto* gc = dynamic_cast<distribute::GlooCommunicator*>(w.comm.get());
     STRATA_CHECK(gc != nullptr, "collectives worker: make_gloo_communicator did not return a GlooCommunicator");

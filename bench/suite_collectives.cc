@@ -9,6 +9,8 @@
 //   workers (bench/collectives_worker.h); each figure is the median of repetitions (after
 //   warm-up), each repetition timed as the slowest rank's mean per call, strata and Gloo
 //   interleaved call by call; "paired_ratio" is the median of the per-repetition ratios.
+//   Rows "tcp" run strata's communicator over TCP (the wrapper against what it wraps),
+//   rows "shared memory" as it runs by default with every worker on one machine.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -66,13 +68,17 @@ void in_process(const Options& o, std::vector<Result>& out) {
 }
 
 // One group of `n` worker processes measuring every size; appends one row per size.
-void across_processes(int n, const std::vector<int64_t>& sizes, const Options& o, std::vector<Result>& out) {
+// `shared_memory`: strata's communicator all-reduces through shared memory, as it does by
+// default with every worker on one machine; off, over TCP as Gloo does, which measures
+// the wrapper against the library it wraps.
+void across_processes(int n, const std::vector<int64_t>& sizes, bool shared_memory, const Options& o,
+                      std::vector<Result>& out) {
   // The worker processes inherit the job secret with which they authenticate to this
   // store (docs/SECURITY.md): one is made here unless the caller configured one.
   if (!distribute::JobSecret::from_environment())
     ::setenv(distribute::kJobSecretEnv, distribute::JobSecret::generate().text().c_str(), 1);
   distribute::TcpStoreServer server(0, "127.0.0.1");
-  const std::string prefix = "bench/x" + std::to_string(n);
+  const std::string prefix = "bench/x" + std::to_string(n) + (shared_memory ? "/shm" : "/tcp");
   const double timeout = 60;  // bounds each worker's rendezvous and every collective
   const std::string exe = WorkerProcesses::self_executable();
   std::vector<std::vector<std::string>> argvs;
@@ -81,7 +87,7 @@ void across_processes(int n, const std::vector<int64_t>& sizes, const Options& o
                                  {"port", server.port()}, {"prefix", prefix},
                                  {"sizes", sizes},        {"reps", o.quick ? 3 : 15},
                                  {"timeout", timeout},    {"rep_seconds", o.quick ? 0.01 : 0.1},
-                                 {"min_inner", o.quick ? 1 : 3}};
+                                 {"min_inner", o.quick ? 1 : 3}, {"shared_memory", shared_memory}};
     argvs.push_back({exe, "--collectives-worker", spec.dump()});
   }
   WorkerProcesses workers(argvs);
@@ -114,7 +120,8 @@ void across_processes(int n, const std::vector<int64_t>& sizes, const Options& o
     auto algbw = [&](double t) { return double(bytes) / t / 1e9; };
     const auto [lo, hi] = std::minmax_element(s_strata.begin(), s_strata.end());
     Result r{"collectives",
-             "cross-process all_reduce x" + std::to_string(n) + " " + size_label(bytes) + " busbw",
+             "cross-process all_reduce x" + std::to_string(n) + " " + size_label(bytes) +
+                 (shared_memory ? " shared memory" : " tcp") + " busbw",
              algbw(t_strata) * bus_factor,
              "GB/s",
              (*hi - *lo) / t_strata,
@@ -146,11 +153,12 @@ std::vector<Result> collectives_suite(const Options& o) {
     return out;
   }
   if (o.quick) {
-    across_processes(2, {1 << 10, 1 << 16, 1 << 20}, o, out);
+    for (bool shm : {false, true}) across_processes(2, {1 << 10, 1 << 16, 1 << 20}, shm, o, out);
   } else {
     std::vector<int64_t> sizes;
     for (int64_t b = 1 << 10; b <= int64_t(64) << 20; b *= 4) sizes.push_back(b);
-    for (int n : {2, 4}) across_processes(n, sizes, o, out);
+    for (bool shm : {false, true})
+      for (int n : {2, 4}) across_processes(n, sizes, shm, o, out);
   }
   return out;
 }
