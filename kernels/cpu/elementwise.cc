@@ -34,7 +34,7 @@ inline bool is_nan(C v) {
 }
 
 // Elementwise cost estimates (ns per element) used to decide on splitting across threads.
-// kVectorised: a vec_math.h function on one core here (gelu, the costliest, ~0.7 ns).
+// kVectorised: a vec_math.h function on one core here (0.3-0.7 ns).
 constexpr double kCheap = 0.3, kTranscendental = 3.0, kVectorised = 1.0;
 
 // Note [Layout-independent transcendentals]

@@ -8,10 +8,10 @@
 //   V(float) broadcast; V::kLanes; V::load(const float*) / store(float*, V), unaligned;
 //   + - * / ; fma(a, b, c) = a*b + c (fused where the ISA has it); min(a, b) / max(a, b)
 //   returning b when either is NaN (x86 minps/maxps); abs; neg; copysign(mag, sign);
-//   lt / le (masks), select(mask, a, b); for the integer n held in the float shifted = n + 1.5 * 2^23 (exp_reduced),
-//   scale_pow2(y, shifted) = y * 2^n as two normal factors 2^(n/2) and add_exponent(y,
-//   shifted), n added to y's exponent field (for a normal result); hsum (a fixed-order
-//   horizontal sum) and hmax.
+//   lt / le (masks), select(mask, a, b); for the integer n held in the float
+//   shifted = n + 1.5 * 2^23 (exp_reduced), scale_pow2(y, shifted) = y * 2^n as two
+//   normal factors 2^(n/2), and add_exponent(y, shifted), n added to y's exponent field
+//   (for a normal result); hsum (a fixed-order horizontal sum) and hmax.
 //
 // The coefficients are float32 literals: the accuracy statements in vec_math.h were
 // measured with exactly these values.
@@ -44,8 +44,8 @@ STRATA_VEC_INLINE V horner(V t, const float (&c)[N]) {
 
 // e^r for the reduction of x (|x| <= 127 ln 2 or so) as in Cephes' expf: x = n ln2 + r,
 // |r| <= ln2 / 2, with ln2 split in two (0.693359375 has 9 significant bits, so n * it is
-// exact and x - n * it loses nothing); e^r = 1 + r (1 + r (1/2 + r P(r))), P Cephes'
-// degree-4 fit, in one chain of fused multiply-adds. `shifted` returns n + 1.5 * 2^23:
+// exact and x - n * it loses nothing); e^r = 1 + r (1 + r P(r)), P Cephes' degree-5 fit
+// of (e^r - 1 - r) / r^2, in one chain of fused multiply-adds. `shifted` returns n + 1.5 * 2^23:
 // adding 1.5 * 2^23 rounds x log2(e) to the nearest integer n, which the sum holds in its
 // low mantissa bits (read by scale_pow2 and add_exponent); subtracting it back gives n.
 template <class V>

@@ -14,6 +14,10 @@
 #include <strata/kernels/cpu/vec_math.h>
 #include "tests/test_util.h"
 
+// A named namespace around everything: in a unity batch (cmake/StrataUnity.cmake) these
+// helpers share a translation unit with test_elementwise.cc's (gelu_tanh_ref, ...).
+namespace vec_math_tests {
+
 using strata::cpu_kernels::vec::Functions;
 using strata::cpu_kernels::vec::UnaryFn;
 
@@ -294,3 +298,5 @@ TEST_CASE("vec_math: softmax row passes", "[vec_math]") {
     CHECK(std::isnan(t->exp_sum(r.data(), 2.0f, nullptr, 9)));
   }
 }
+
+}  // namespace vec_math_tests
