@@ -81,12 +81,12 @@ void let_reference_threads_sleep(int threads) {
 // strata's matmul of an m x n x k product (operands stored transposed when ta / tb) and
 // the reference GEMM on the same operands, in alternating rounds (strata, then the
 // reference, then a pause for the reference's threads) so that a load change on the
-// machine hits both; each round times enough calls for ~2 ms. Each side first runs the
-// same calls untimed: strata's round follows the 150 ms pause, in which other processes
-// evict the operands from the caches and the pool's workers fall asleep, while the
-// reference's round follows strata's on warm operands -- with one warm-up call, that
-// order alone cost strata 5-15% on the MLP's ~0.5 ms products (measured: the same split
-// timed warm ran level with OpenBLAS). Returns strata's and the
+// machine hits both; each round times enough calls for ~2 ms. Each side first runs at
+// least ~3 ms of the same calls untimed: strata's round follows the 150 ms pause, in
+// which other processes evict the operands from the caches and the pool's workers fall
+// asleep, while the reference's round follows strata's on warm operands -- with one
+// warm-up call, that order alone cost strata 5-15% on the MLP's ~0.5-1 ms products
+// (measured: the same split timed warm ran level with OpenBLAS). Returns strata's and the
 // reference's medians over the rounds and the median of the per-round ratios (reference
 // time / strata time: robust to load drifting between rounds); best_ratio compares the
 // fastest rounds (the least disturbed by other processes on a loaded machine).
@@ -100,13 +100,14 @@ PairTiming time_matmul_pair(int64_t m, int64_t n, int64_t k, bool ta, bool tb, i
   std::vector<float> c(static_cast<size_t>(m * n));
   const double flops = 2.0 * double(m) * double(n) * double(k);
   const int inner = int(std::clamp(2e-3 / (flops / 100e9), 1.0, 400.0));
+  const int warmup = std::max(inner, int(std::ceil(3e-3 / (flops / 100e9))));
   const int threads = num_threads();
   std::vector<double> ours, ref;
   Timing t;
   for (int r = 0; r < rounds; ++r) {
-    t = time_it([&] { matmul(a, b, ta, tb); }, 1, inner, inner);
+    t = time_it([&] { matmul(a, b, ta, tb); }, 1, inner, warmup);
     ours.push_back(t.median_s);
-    t = time_reference_sgemm(m, n, k, a.data<float>(), b.data<float>(), c.data(), threads, 1, ta, tb, inner, inner);
+    t = time_reference_sgemm(m, n, k, a.data<float>(), b.data<float>(), c.data(), threads, 1, ta, tb, inner, warmup);
     ref.push_back(t.median_s);
     let_reference_threads_sleep(threads);
   }
