@@ -161,6 +161,11 @@ std::unique_ptr<SharedMemoryGroup> SharedMemoryGroup::join(const SharedMemoryGro
       problem = errno_text(("shm_open " + name).c_str());
     } else if (::ftruncate(fd, off_t(bytes)) != 0) {
       problem = errno_text("ftruncate");
+    } else if (const int e = ::posix_fallocate(fd, 0, off_t(bytes)); e != 0) {
+      // Reserved now, or a full /dev/shm (Docker's is 64 MB) would only show when a page
+      // is first touched, as a SIGBUS in the middle of a collective.
+      errno = e;
+      problem = errno_text("posix_fallocate (is /dev/shm full?)");
     } else if ((base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
       problem = errno_text("mmap");
     } else {

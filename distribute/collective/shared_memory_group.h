@@ -25,7 +25,9 @@
 // and rank 0 unlinks the name once all have opened it (nothing is left in /dev/shm, even
 // if the job is killed later). Ranks on different machines, or in different IPC or PID
 // namespaces (containers), fail to open it or to see each other's processes, and every
-// rank then gets null from join() and the caller keeps using TCP.
+// rank then gets null from join() and the caller keeps using TCP; so does a group whose
+// segment does not fit in /dev/shm (its pages are reserved at creation, never touched
+// into a SIGBUS later).
 //
 // Failure: no wait is unbounded. A wait throws std::runtime_error when the call's deadline
 // passes, when the peer it waits for has destroyed its group (closed its communicator)
