@@ -105,8 +105,11 @@ struct SharedMemoryGroup::RankState {
 };
 
 namespace {
+// Where things are in the segment: the header, then one RankState per rank, then the slots.
+constexpr size_t kHeaderBytes = 4096;
+constexpr size_t kRankStateBytes = 256;
 size_t segment_bytes(int size, size_t chunk) {
-  return 4096 + size_t(size) * 256 + size_t(size) * 2 * chunk;
+  return kHeaderBytes + size_t(size) * (kRankStateBytes + 2 * chunk);
 }
 }  // namespace
 
@@ -129,14 +132,16 @@ void SharedMemoryGroup::wake_all() {
 
 SharedMemoryGroup::Header& SharedMemoryGroup::header() const { return *static_cast<Header*>(base_); }
 
-SharedMemoryGroup::RankState& SharedMemoryGroup::state(int rank) const {
-  static_assert(sizeof(Header) <= 4096 && sizeof(RankState) <= 256);
-  return *reinterpret_cast<RankState*>(static_cast<uint8_t*>(base_) + 4096 + size_t(rank) * 256);
+SharedMemoryGroup::RankState* SharedMemoryGroup::state_in(void* base, int rank) {
+  static_assert(sizeof(Header) <= kHeaderBytes && sizeof(RankState) <= kRankStateBytes);
+  return reinterpret_cast<RankState*>(static_cast<uint8_t*>(base) + kHeaderBytes + size_t(rank) * kRankStateBytes);
 }
+
+SharedMemoryGroup::RankState& SharedMemoryGroup::state(int rank) const { return *state_in(base_, rank); }
 
 uint8_t* SharedMemoryGroup::slot(int rank, uint64_t round) const {
   const size_t index = size_t(rank) * 2 + size_t(round & 1);
-  return static_cast<uint8_t*>(base_) + 4096 + size_t(size_) * 256 + index * chunk_bytes_;
+  return static_cast<uint8_t*>(base_) + kHeaderBytes + size_t(size_) * kRankStateBytes + index * chunk_bytes_;
 }
 
 std::unique_ptr<SharedMemoryGroup> SharedMemoryGroup::join(const SharedMemoryGroupOptions& o, std::string* why_not) {
@@ -208,7 +213,7 @@ std::unique_ptr<SharedMemoryGroup> SharedMemoryGroup::join(const SharedMemoryGro
   }
   if (fd >= 0) ::close(fd);
   if (problem.empty()) {
-    auto* me = reinterpret_cast<RankState*>(static_cast<uint8_t*>(base) + 4096 + size_t(o.rank) * 256);
+    RankState* me = state_in(base, o.rank);
     me->pid = ::getpid();
     me->start_time = process_start_time(me->pid);
     if (me->start_time == 0) problem = "cannot read /proc/self/stat";
@@ -234,9 +239,8 @@ std::unique_ptr<SharedMemoryGroup> SharedMemoryGroup::join(const SharedMemoryGro
   if (verdict.empty()) {
     // Each rank must see every peer's process (the same PID namespace), or a dead peer
     // could not be told from a live one.
-    auto* states = static_cast<uint8_t*>(base) + 4096;
     for (int r = 0; r < o.size && problem.empty(); ++r) {
-      const auto* s = reinterpret_cast<const RankState*>(states + size_t(r) * 256);
+      const RankState* s = state_in(base, r);
       if (process_start_time(s->pid) != s->start_time)
         problem = "cannot see rank " + std::to_string(r) + "'s process (another PID namespace?)";
     }

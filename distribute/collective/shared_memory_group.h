@@ -86,6 +86,7 @@ class SharedMemoryGroup {
   struct RankState;
   SharedMemoryGroup(int rank, int size, size_t chunk_bytes, void* base, size_t mapped_bytes);
   Header& header() const;
+  static RankState* state_in(void* base, int rank);  // rank's state in a mapped segment
   RankState& state(int rank) const;
   uint8_t* slot(int rank, uint64_t round) const;
   void publish(uint64_t RankState::*field, uint64_t value);

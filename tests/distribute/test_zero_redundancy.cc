@@ -311,14 +311,19 @@ TEST_CASE("ZeRO-1: what cannot be sharded is refused by name", "[zero]") {
     CHECK_THROWS_WITH(s.run([&] { opt.apply_gradients({ones({4})}, {w}); }),
                       Catch::Contains("NormalizedSGD") && Catch::Contains("not elementwise"));
   }
+  // A variable of 4 ones and an Adam optimizer, both made in the strategy's scope.
+  const auto adam_in_scope = [](MirroredStrategy& s, Variable& w, optim::Optimizer& opt) {
+    auto scope = s.scope();
+    w = Variable(ones({4}));
+    opt = optim::Adam(0.1);
+  };
   SECTION("slots created before sharding was turned on") {
     MirroredStrategy s(MirroredStrategy::cpu_devices(2));
     Variable w;
     optim::Optimizer opt;
+    adam_in_scope(s, w, opt);
     {
       auto scope = s.scope();
-      w = Variable(ones({4}));
-      opt = optim::Adam(0.1);
       opt.build({w});
     }
     s.set_shard_optimizer_state(true);
@@ -330,11 +335,7 @@ TEST_CASE("ZeRO-1: what cannot be sharded is refused by name", "[zero]") {
     s.set_shard_optimizer_state(true);
     Variable w;
     optim::Optimizer opt;
-    {
-      auto scope = s.scope();
-      w = Variable(ones({4}));
-      opt = optim::Adam(0.1);
-    }
+    adam_in_scope(s, w, opt);
     s.run([&] { opt.apply_gradients({ones({4})}, {w}); });
     s.set_shard_optimizer_state(false);
     CHECK_THROWS_WITH(s.run([&] { opt.apply_gradients({ones({4})}, {w}); }),
