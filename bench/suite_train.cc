@@ -1,6 +1,7 @@
 // train suite: steps/s of the MLP 784-512-512-10 (batch 128) and the MNIST CNN (batch 64)
 // under Default, Mirrored(1..cores), Mirrored(2) reducing gradients only after backward
-// (overlap_gradient_reduction off) and CentralStorage(2), each next to the Default
+// (overlap_gradient_reduction off), Mirrored(2) with one copy of the variables
+// (share_cpu_variables) and CentralStorage(2), each next to the Default
 // strategy measured in the same run, in alternating rounds. (bench/compare/ runs the same workloads in PyTorch.)
 #include "bench/bench.h"
 #include <strata/autograd/tape.h>
@@ -84,6 +85,11 @@ std::vector<Result> train_suite(const Options& o) {
     strategies.emplace_back("mirrored(2) no overlap", std::make_unique<distribute::MirroredStrategy>(
                                                           distribute::MirroredStrategy::cpu_devices(2),
                                                           distribute::CrossDeviceOps::Default, after_backward));
+    // One copy of every variable that both replicas read, its update split between them
+    // (Strategy::set_share_cpu_variables).
+    auto one_copy = std::make_unique<distribute::MirroredStrategy>(distribute::MirroredStrategy::cpu_devices(2));
+    one_copy->set_share_cpu_variables(true);
+    strategies.emplace_back("mirrored(2) one copy", std::move(one_copy));
     strategies.emplace_back("central_storage(2)", std::make_unique<distribute::CentralStorageStrategy>(
                                                       distribute::MirroredStrategy::cpu_devices(2)));
     std::vector<std::function<void()>> trainers{

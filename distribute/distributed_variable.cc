@@ -25,12 +25,40 @@ namespace {
 
 // ---- base ----
 
+namespace {
+// A view of `t`'s memory that names `device` (a logical device of the same memory), so
+// that a replica's ops see its own device.
+Tensor view_on(const Tensor& t, Device device) {
+  auto impl = std::make_shared<TensorImpl>(t.impl());
+  impl->device = device;
+  impl->id = next_tensor_id();
+  return Tensor(std::move(impl));
+}
+
+// Whether MirroredStrategy-style variables of `strategy` are one copy: several local
+// replicas, all on logical CPU devices, and the strategy's option on.
+bool one_copy_for(const Strategy& strategy) {
+  const std::vector<Device> devices = strategy.parameter_devices();
+  if (devices.size() < 2 || !strategy.share_cpu_variables()) return false;
+  for (const Device& d : devices)
+    if (!d.is_cpu()) return false;
+  return true;
+}
+}  // namespace
+
 DistributedVariableImpl::DistributedVariableImpl(Strategy& strategy, const Tensor& initial,
-                                                 autograd::VariableOptions options, const std::vector<Device>& devices)
+                                                 autograd::VariableOptions options, const std::vector<Device>& devices,
+                                                 bool one_copy)
     : VariableImpl(std::move(options)), strategy_(strategy) {
   STRATA_CHECK(initial.defined(), "Variable '", options_.name, "': undefined initial value");
   autograd::StopRecording no_tape;
   for (const Device& d : devices) {
+    if (one_copy && !components_.empty()) {
+      STRATA_CHECK(same_memory(components_[0].device(), d), "Variable '", options_.name, "': devices ",
+                   components_[0].device(), " and ", d, " do not share memory (internal error)");
+      components_.push_back(view_on(components_[0], d));
+      continue;
+    }
     Tensor c = Tensor::empty(initial.shape(), initial.dtype(), d);
     c.copy_(initial);
     components_.push_back(c);
@@ -75,7 +103,9 @@ void DistributedVariableImpl::apply(const Tensor& component, const Tensor& value
 // ---- mirrored ----
 
 MirroredVariableImpl::MirroredVariableImpl(Strategy& strategy, const Tensor& initial, autograd::VariableOptions options)
-    : DistributedVariableImpl(strategy, initial, std::move(options), strategy.parameter_devices()) {}
+    : DistributedVariableImpl(strategy, initial, std::move(options), strategy.parameter_devices(),
+                              one_copy_for(strategy)),
+      one_copy_(one_copy_for(strategy)) {}
 
 Tensor MirroredVariableImpl::value() const {
   LocalReplicaContext* ctx = replica();
@@ -83,29 +113,50 @@ Tensor MirroredVariableImpl::value() const {
 }
 
 void MirroredVariableImpl::restore_checkpoint_value(const Tensor& v) {
-  for (const Tensor& c : components_) apply(c, v, Update::Assign);
+  for (const Tensor& c : components_) {
+    apply(c, v, Update::Assign);
+    if (one_copy_) return;
+  }
 }
 
 void MirroredVariableImpl::update(const Tensor& v, Update kind) {
   autograd::StopRecording no_tape;
   LocalReplicaContext* ctx = replica();
-  if (!ctx) {  // cross-replica context: the same update on every component
-    for (const Tensor& c : components_) apply(c, v, kind);
+  if (!ctx) {  // cross-replica context: the same update on every component (once on one copy)
+    for (const Tensor& c : components_) {
+      apply(c, v, kind);
+      if (one_copy_) return;
+    }
     return;
   }
   STRATA_CHECK(v.defined(), "MirroredVariable '", options_.name, "'.", update_name(kind), ": undefined value");
   const Tensor& mine = components_[size_t(ctx->local_index())];
   const std::string what = "MirroredVariable(" + options_.name + ")." + update_name(kind);
+  // One copy: the replicas agree on the value (a collective), then one of them applies it
+  // while the others wait, so that each reads the update when its call returns.
+  auto apply_agreed = [&](const Tensor& value) {
+    if (!one_copy_) {
+      apply(mine, value, kind);
+      return;
+    }
+    ctx->run_once([&] { apply(components_[0], value, kind); });
+  };
   switch (options_.aggregation) {
     case VariableAggregation::None:  // TensorFlow: the replica updates its own component
+      STRATA_CHECK(!one_copy_, "MirroredVariable '", options_.name, "'.", update_name(kind),
+                   " in replica context with aggregation None: this variable's replicas share one copy (the ",
+                   strategy_.name(), " strategy on logical CPU devices), so a replica cannot change its own copy "
+                   "alone. Create the variable with an aggregation (Sum, Mean or OnlyFirstReplica), update it in "
+                   "cross-replica context, or call strategy.set_share_cpu_variables(false) before creating it to "
+                   "give each replica its own copy");
       apply(mine, v, kind);
       return;
-    case VariableAggregation::Sum: apply(mine, ctx->all_reduce(ReduceOp::Sum, v), kind); return;
-    case VariableAggregation::Mean: apply(mine, ctx->all_reduce(ReduceOp::Mean, v), kind); return;
+    case VariableAggregation::Sum: apply_agreed(ctx->all_reduce(ReduceOp::Sum, v)); return;
+    case VariableAggregation::Mean: apply_agreed(ctx->all_reduce(ReduceOp::Mean, v)); return;
     case VariableAggregation::OnlyFirstReplica: {
       // A copy of replica 0's value, so that replica 0 may change its tensor afterwards.
       Tensor first = ctx->merge_call(what, [](const std::vector<Tensor>& values) { return values[0].clone(); }, v);
-      apply(mine, first, kind);
+      apply_agreed(first);
       return;
     }
   }

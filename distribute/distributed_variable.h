@@ -9,6 +9,10 @@
 //    applies the result to its component (all replicas must call it);
 //  - replica context, OnlyFirstReplica: replica 0's value is applied everywhere.
 // Checkpoints hold one value (the first component); restoring writes every component.
+// On logical CPU devices with Strategy::share_cpu_variables on, the components are
+// views of one copy: is_replicated() is false, every update above is applied once, and
+// a replica-context update with aggregation None (which would make copies differ)
+// raises, as TensorFlow's does.
 //
 // SyncOnReadVariable (synchronization OnRead): per-replica components, aggregated on read.
 //  - replica context: reads and updates touch only the replica's own component;
@@ -42,9 +46,10 @@ class LocalReplicaContext;
 
 class DistributedVariableImpl : public autograd::VariableImpl {
  public:
-  // One component per device, each a private copy of `initial`.
+  // One component per device, each a private copy of `initial`; with `one_copy`, views of
+  // one copy (the devices must share memory).
   DistributedVariableImpl(Strategy& strategy, const Tensor& initial, autograd::VariableOptions options,
-                          const std::vector<Device>& devices);
+                          const std::vector<Device>& devices, bool one_copy = false);
   bool is_replicated() const override { return true; }
   // The per-replica (per-device) tensors; updated in place, never replaced.
   const std::vector<Tensor>& components() const { return components_; }
@@ -69,6 +74,8 @@ class DistributedVariableImpl : public autograd::VariableImpl {
 class MirroredVariableImpl final : public DistributedVariableImpl {
  public:
   MirroredVariableImpl(Strategy& strategy, const Tensor& initial, autograd::VariableOptions options);
+  // False when the components are views of one copy (logical CPU devices).
+  bool is_replicated() const override { return !one_copy_; }
   Tensor value() const override;
   void assign(const Tensor& v) override { update(v, Update::Assign); }
   void assign_add(const Tensor& delta) override { update(delta, Update::Add); }
@@ -79,6 +86,7 @@ class MirroredVariableImpl final : public DistributedVariableImpl {
 
  private:
   void update(const Tensor& v, Update kind);
+  bool one_copy_ = false;
 };
 
 class SyncOnReadVariableImpl final : public DistributedVariableImpl {

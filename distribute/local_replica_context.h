@@ -39,6 +39,9 @@ class LocalReplicaContext final : public ReplicaContext {
   // merge_call with a description used in mismatch messages.
   Tensor merge_call(const std::string& what, const std::function<Tensor(const std::vector<Tensor>&)>& fn,
                     const Tensor& value);
+  // Blocks until every local replica (this process's) has arrived; `what` names the
+  // call in mismatch and timeout errors. One rendezvous, where run_once takes two.
+  void local_barrier(const std::string& what) { comm_.group().sync(comm_.rank(), what); }
   // The index of this replica among the strategy's local replicas (= its component).
   int local_index() const { return comm_.rank(); }
   InProcessCommunicator& communicator() { return comm_; }

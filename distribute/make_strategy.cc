@@ -70,6 +70,7 @@ std::unique_ptr<Strategy> make_strategy(const std::string& name, const StrategyO
                "there is no replicated optimizer state to shard (use 'mirrored' or 'multi_worker')");
   std::unique_ptr<Strategy> strategy = build_strategy(name, options);
   if (options.shard_optimizer_state) strategy->set_shard_optimizer_state(true);
+  if (options.share_cpu_variables) strategy->set_share_cpu_variables(true);
   return strategy;
 }
 

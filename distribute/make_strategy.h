@@ -44,6 +44,9 @@ struct StrategyOptions {
   // docs/ZERO.md). default, one_device (no effect: one replica), mirrored, multi_worker;
   // central_storage refuses it.
   bool shard_optimizer_state = false;
+  // mirrored and multi_worker on logical CPU devices: one copy of each mirrored variable
+  // for the local replicas (Strategy::set_share_cpu_variables).
+  bool share_cpu_variables = false;
 };
 
 std::unique_ptr<Strategy> make_strategy(const std::string& name, const StrategyOptions& options = {});

@@ -157,7 +157,8 @@ std::shared_ptr<autograd::VariableImpl> MultiWorkerMirroredStrategy::create_vari
       workers->broadcast(staged, 0);
       first.copy_(staged);
     }
-    for (size_t i = 1; i < components.size(); ++i) components[i].copy_(first);
+    for (size_t i = 1; i < components.size(); ++i)
+      if (!components[i].shares_storage(first)) components[i].copy_(first);  // one copy: nothing to do
   }
   return impl;
 }

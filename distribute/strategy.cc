@@ -141,6 +141,11 @@ void Strategy::set_shard_optimizer_state(bool on) {
   shard_optimizer_state_.store(on, std::memory_order_relaxed);
 }
 
+void Strategy::set_share_cpu_variables(bool on) {
+  require_cross_replica("Strategy::set_share_cpu_variables", "set it before run()");
+  share_cpu_variables_.store(on, std::memory_order_relaxed);
+}
+
 void Strategy::check_run_allowed() const {
   require_cross_replica("Strategy::run", "call run() from cross-replica context only");
   STRATA_CHECK(t_replica_thread_of == nullptr, "Strategy::run: called on a replica thread of the ",
@@ -426,7 +431,11 @@ void StrategyExtended::update(const Variable& var, const std::function<void(cons
   autograd::StopRecording no_tape;
   auto apply = [&] {
     const std::vector<Tensor> components = strategy_.experimental_local_results(var);
-    for (size_t i = 0; i < components.size(); ++i) fn(components[i], int(i));
+    for (size_t i = 0; i < components.size(); ++i) {
+      fn(components[i], int(i));
+      // One copy (share_cpu_variables): every component is a view of it, updated once.
+      if (i == 0 && components.size() > 1 && components[1].shares_storage(components[0])) break;
+    }
   };
   if (LocalReplicaContext* ctx = strategy_.current_local_context()) {
     ctx->run_once_shared("update(" + var.name() + ")", [&]() -> std::shared_ptr<void> {

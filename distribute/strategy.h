@@ -212,6 +212,21 @@ class Strategy {
   void set_shard_optimizer_state(bool on);
   bool shard_optimizer_state() const { return shard_optimizer_state_.load(std::memory_order_relaxed); }
 
+  // Mirrored variables whose local replicas all run on logical CPU devices (cpu:0..N-1,
+  // one memory). Off (the default, as TensorFlow): each replica has its own copy. On:
+  // each such variable and its optimizer slots are one copy that every local replica
+  // reads, and an elementwise optimizer update is split between the replicas (each
+  // updates its own range, then they meet) instead of N identical copies each updated
+  // whole: 1/N of the memory and of the update's work. What replicas read is the same
+  // either way; what differs is where copies could be made to differ:
+  //  - an update in replica context with aggregation None (the replica's own copy)
+  //    raises, as TensorFlow's does;
+  //  - StrategyExtended::update calls its function once, on component 0;
+  //  - experimental_local_results gives N views of the one copy.
+  // Set it before the variables are created; cross-replica context only.
+  void set_share_cpu_variables(bool on);
+  bool share_cpu_variables() const { return share_cpu_variables_.load(std::memory_order_relaxed); }
+
   // Throws unless the calling thread may call a cross-replica method of this strategy:
   // not in its replica context, not inside a different strategy's scope or replica.
   void require_cross_replica(const std::string& method, const std::string& hint = "") const;
@@ -255,6 +270,7 @@ class Strategy {
   std::unique_ptr<ReplicaThreads> threads_;
   // Read by replica threads while they step; set from cross-replica context only.
   std::atomic<bool> shard_optimizer_state_{false};
+  std::atomic<bool> share_cpu_variables_{false};
 };
 
 // The strategy of the innermost active scope on this thread, or the default strategy.

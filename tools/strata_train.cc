@@ -46,6 +46,7 @@ struct Config {
   bool no_terminate_on_nan = false;
   // ZeRO-1: each replica keeps only its share of the optimizer state (docs/ZERO.md).
   bool shard_optimizer_state = false;
+  bool share_cpu_variables = false;
   std::string restore_checkpoint;
 };
 
@@ -153,6 +154,7 @@ std::unique_ptr<distribute::Strategy> build_strategy(const Config& c) {
   }
   o.virtual_gpus = c.virtual_gpus;
   o.shard_optimizer_state = c.shard_optimizer_state;
+  o.share_cpu_variables = c.share_cpu_variables;
   o.communication.implementation = c.communication == "nccl"   ? distribute::CommunicationImplementation::Nccl
                                    : c.communication == "ring" ? distribute::CommunicationImplementation::Ring
                                                                : distribute::CommunicationImplementation::Auto;
@@ -409,6 +411,7 @@ int run(const Config& c) {
   // replica holds (the same unsharded; about 1/replicas of it sharded).
   const optim::OptimizerStateBytes state_bytes = optim::optimizer_state_bytes(opt);
   report["shard_optimizer_state"] = strategy->shard_optimizer_state();
+  report["share_cpu_variables"] = strategy->share_cpu_variables();
   report["optimizer_state_bytes_per_replica"] = state_bytes.per_replica;
   report["optimizer_state_bytes_total"] = state_bytes.total;
   if (chief) {
@@ -490,6 +493,10 @@ int main(int argc, char** argv) {
                "ZeRO-1: each replica keeps and updates only its 1/replicas share of the optimizer state "
                "(gradients reduce-scattered, parameters all-gathered); mirrored, multi_worker (no effect with one "
                "replica); checkpoints stay interchangeable with unsharded runs");
+  app.add_flag("--share-cpu-variables", c.share_cpu_variables,
+               "mirrored, multi_worker with several replicas on logical CPU devices: one copy of each variable and "
+               "of its optimizer slots that the local replicas share, its update split between them "
+               "(Strategy::set_share_cpu_variables); the same results, 1/replicas of the memory");
   app.add_flag("--quiet", c.quiet, "no progress output");
   app.add_flag("--verbose", c.verbose, "progress after every loop");
   try {

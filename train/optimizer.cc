@@ -4,7 +4,9 @@
 
 #include <strata/autograd/tape.h>
 #include <strata/core/ops.h>
+#include <strata/distribute/local_replica_context.h>
 #include <strata/distribute/replica_context.h>
+#include <strata/distribute/sharded_collectives.h>
 #include <strata/distribute/strategy.h>
 #include <strata/train/clip.h>
 #include <strata/train/sharded_optimizer_state.h>
@@ -243,6 +245,28 @@ void Optimizer::apply_gradients(const std::vector<Tensor>& grads, const std::vec
     }
     s.update(param, grad, slots, uctx);
   };
+  // Range `part` of `parts` of variable i and of its slots (shard_range's split), through
+  // flat views; false when a view would be a copy (a non-contiguous tensor).
+  auto update_range = [&](size_t i, int parts, int part) {
+    const Tensor param = vars[i].value();
+    const std::vector<Variable> slot_vars = get_or_create_slots(vars[i]);
+    std::vector<Tensor> slots;
+    for (const auto& sv : slot_vars) {
+      if (dynamic_cast<const ShardedSlotImpl*>(&sv.impl())) return false;  // update_one says why it cannot
+      slots.push_back(sv.value());
+    }
+    if (!param.is_contiguous()) return false;
+    for (const Tensor& t : slots)
+      if (!t.is_contiguous() || t.numel() != param.numel()) return false;
+    const auto [begin, end] = distribute::shard_range(param.numel(), parts, part);
+    if (end <= begin) return true;
+    auto range = [&](const Tensor& t) { return reshape(t, {t.numel()}).slice(0, begin, end); };
+    Tensor grad = range(g[i].contiguous());
+    if (!same_memory(grad.device(), param.device())) grad = grad.to(param.device());
+    for (Tensor& t : slots) t = range(t);
+    s.update(range(param), grad, slots, uctx);
+    return true;
+  };
   auto increment = [&] {
     s.iterations_.value().copy_(Tensor::scalar(double(uctx.step), kInt64));
   };
@@ -261,7 +285,28 @@ void Optimizer::apply_gradients(const std::vector<Tensor>& grads, const std::vec
       update_one(i);
   }
   const bool shared_iterations = several_local && !s.iterations_.impl().is_replicated();
-  if (!shared.empty() || shared_iterations) {
+  auto* local = dynamic_cast<distribute::LocalReplicaContext*>(ctx);
+  if (!shared.empty() && local != nullptr && s.elementwise()) {
+    // An elementwise update is split between the local replicas: each updates its own
+    // range of every shared variable (and of its slots) at once, instead of one replica
+    // updating them all while the others wait. The same kernels on the same elements, so
+    // the bits are those of the whole update. The first rendezvous keeps a replica from
+    // writing while another still reads the parameters (its own step code between backward
+    // and apply_gradients); the second publishes the update before anyone reads it.
+    const std::string what = "optim::" + s.name() + "::apply_gradients";
+    local->local_barrier(what + " (before the shared update)");
+    const int parts = ctx->strategy().num_local_replicas(), me = local->local_index();
+    for (size_t i : shared) {
+      if (!update_range(i, parts, me)) {
+        local->run_once([&] {  // not contiguous: one replica updates it whole
+          autograd::StopRecording paused;
+          update_one(i);
+        });
+      }
+    }
+    if (shared_iterations && me == 0) increment();
+    local->local_barrier(what + " (after the shared update)");
+  } else if (!shared.empty() || shared_iterations) {
     ctx->run_once([&] {
       autograd::StopRecording paused;
       for (size_t i : shared) update_one(i);

@@ -162,6 +162,7 @@ void Optimizer::apply_sharded(const std::vector<Tensor>& grads, const std::vecto
   STRATA_CHECK(s.elementwise(), where, ": the optimizer's update is not elementwise, so its state cannot be sharded "
                "by flat ranges (ZeRO-1 supports SGD, Adam and AdamW); turn shard_optimizer_state off for it");
   const int n = strategy.num_replicas_in_sync(), me = ctx->replica_id_in_sync_group();
+  const int local = strategy.num_local_replicas();
 
   // The variables with a gradient, grouped by dtype (one reduce-scatter and one all-gather
   // per dtype), each with its chunk range and its column offset in the packed matrix.
@@ -171,6 +172,7 @@ void Optimizer::apply_sharded(const std::vector<Tensor>& grads, const std::vecto
     int64_t numel, width, offset;
     std::vector<Tensor> slots;  // this replica's chunks
     Tensor grad_chunk;
+    bool one_copy = false;  // the local replicas share the parameter (logical CPU devices)
   };
   std::map<DType, std::vector<Item>> groups;
   for (size_t i = 0; i < vars.size(); ++i) {
@@ -185,7 +187,7 @@ void Optimizer::apply_sharded(const std::vector<Tensor>& grads, const std::vecto
     STRATA_CHECK(var.value().is_contiguous(), where, ": variable '", var.name(),
                  "' is not contiguous in memory; ZeRO-1 updates variables in place through a flat view");
     const std::vector<Variable> slot_vars = get_or_create_slots(var);
-    Item item{flat(var.value()), Tensor(), var.value().numel(), 0, 0, {}, Tensor()};
+    Item item{flat(var.value()), Tensor(), var.value().numel(), 0, 0, {}, Tensor(), !var.impl().is_replicated()};
     for (const auto& sv : slot_vars) {
       auto* sharded = dynamic_cast<const ShardedSlotImpl*>(&sv.impl());
       STRATA_CHECK(sharded != nullptr, where, ": the slot '", sv.name(), "' is a ", sv.impl().kind(),
@@ -272,11 +274,20 @@ void Optimizer::apply_sharded(const std::vector<Tensor>& grads, const std::vecto
       if (r == me) continue;  // updated in place already
       const Tensor their = reshape(all.slice(0, r, r + 1), {width});
       for (auto& it : items) {
+        // One copy: a local replica r updated its range in place before the gather; the
+        // ranges of other workers' replicas are copied by one local replica each.
+        if (it.one_copy && (r / local == me / local || r % local != me % local)) continue;
         const auto [begin, end] = distribute::shard_range(it.numel, n, r);
         if (end > begin) it.param.slice(0, begin, end).copy_(their.slice(0, it.offset, it.offset + (end - begin)));
       }
     }
   }
+
+  // One copy written by several local replicas: wait for them all before anyone reads it.
+  bool any_one_copy = false;
+  for (auto& [dtype, items] : groups)
+    for (auto& it : items) any_one_copy = any_one_copy || it.one_copy;
+  if (any_one_copy && strategy.num_workers() > 1) ctx->run_once([] {});
 
   // The step counter, as the unsharded step advances it: on every replica's own copy, or
   // once when the local replicas share it (an optimizer created outside the scope).

@@ -5,7 +5,8 @@
 // "Training-step profile"). Prints steps/s (wall clock) and CPU ms per step (process CPU
 // time: on a loaded machine the wall clock includes waiting for a core, CPU time does not).
 // `--replicas N` (N > 1) runs the same global batch under MirroredStrategy over N logical
-// CPU devices, the train suite's mirrored(N) row.
+// CPU devices, the train suite's mirrored(N) row; `--one-copy` with one copy of the
+// variables (Strategy::set_share_cpu_variables).
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -27,7 +28,7 @@ double process_cpu_seconds() {
 }
 
 int usage(const char* why) {
-  std::fprintf(stderr, "strata-step-profile: %s\nusage: strata-step-profile mlp|cnn [--steps N] [--threads N] [--replicas N]\n", why);
+  std::fprintf(stderr, "strata-step-profile: %s\nusage: strata-step-profile mlp|cnn [--steps N] [--threads N] [--replicas N] [--one-copy]\n", why);
   return 2;
 }
 
@@ -41,8 +42,13 @@ int main(int argc, char** argv) {
   const bool cnn = which == "cnn";
   int steps = cnn ? 20 : 300;
   int replicas = 1;
+  bool one_copy = false;
   for (int i = 2; i < argc; ++i) {
     const std::string flag = argv[i];
+    if (flag == "--one-copy") {
+      one_copy = true;
+      continue;
+    }
     if ((flag != "--steps" && flag != "--threads" && flag != "--replicas") || i + 1 >= argc) {
       return usage(("bad argument '" + flag + "'").c_str());
     }
@@ -57,6 +63,7 @@ int main(int argc, char** argv) {
     std::unique_ptr<distribute::Strategy> mirrored;
     if (replicas > 1) {
       mirrored = std::make_unique<distribute::MirroredStrategy>(distribute::MirroredStrategy::cpu_devices(replicas));
+      if (one_copy) mirrored->set_share_cpu_variables(true);
     }
     distribute::Strategy& strategy = mirrored ? *mirrored : distribute::DefaultStrategy::instance();
     // The train suite's workload, one step per call (bench/suite_train.cc).

@@ -3,7 +3,8 @@
 // --shard-optimizer-state over 2 workers x 2 local replicas (hierarchical reduce-scatter
 // and all-gather) trains bitwise as without it (same checkpoint tensors, same losses), holds
 // a quarter of the optimizer state per replica, and its checkpoints (the whole slots,
-// gathered from both workers) resume unsharded jobs and the other way round.
+// gathered from both workers) resume unsharded jobs and the other way round; with each
+// worker's replicas sharing one copy of the variables (--share-cpu-variables), the same.
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
@@ -35,7 +36,7 @@ struct TempDir {
 
 // strata-train under strata-launch: 2 workers x 2 replicas, Adam, up to `steps` (resuming
 // what `model_dir` holds); returns the chief's report.
-nlohmann::json train_job(const fs::path& model_dir, int steps, bool shard) {
+nlohmann::json train_job(const fs::path& model_dir, int steps, bool shard, bool one_copy = false) {
   const fs::path report = model_dir.string() + "-report.json";
   std::vector<std::string> argv{STRATA_LAUNCH_BIN, "--workers", "2", "--replicas-per-worker", "2", "--timeout", "150",
                                 "--",
@@ -44,6 +45,7 @@ nlohmann::json train_job(const fs::path& model_dir, int steps, bool shard) {
                                 "--train-examples", "256", "--eval-examples", "64", "--quiet", "--model-dir",
                                 model_dir.string(), "--report", report.string()};
   if (shard) argv.push_back("--shard-optimizer-state");
+  if (one_copy) argv.push_back("--share-cpu-variables");
   auto r = strata::testing::run_process(argv, {}, 180.0);
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
@@ -84,4 +86,13 @@ TEST_CASE("ZeRO-1 across 2 workers x 2 replicas: bitwise as without it, and chec
   CHECK(same_tensors(reported_checkpoint_tensors(b20), reported_checkpoint_tensors(plain)));
   CHECK(a20["eval_loss"] == plain["eval_loss"]);
   CHECK(b20["eval_loss"] == plain["eval_loss"]);
+  // Each worker's 2 replicas sharing one copy of the variables (their updates split, the
+  // other worker's chunks copied in by one replica each): the same bits, sharded or not.
+  const nlohmann::json one_copy = train_job(dir.path / "one_copy", 20, false, true);
+  const nlohmann::json one_copy_sharded = train_job(dir.path / "one_copy_sharded", 20, true, true);
+  CHECK(one_copy["share_cpu_variables"] == true);
+  for (const nlohmann::json* run : {&one_copy, &one_copy_sharded}) {
+    CHECK((*run)["final_train_loss"] == plain["final_train_loss"]);
+    CHECK(same_tensors(reported_checkpoint_tensors(*run), reported_checkpoint_tensors(plain)));
+  }
 }

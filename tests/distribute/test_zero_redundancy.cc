@@ -3,7 +3,8 @@
 //    losses), for SGD with momentum, Adam and AdamW, over 2, 3 and 4 replicas (chunks of
 //    uneven and empty sizes), and within rounding with global-norm clipping;
 //  - each replica holds its 1/N chunk of the optimizer state;
-//  - checkpoints move between sharded and plain strategies and replica counts both ways;
+//  - checkpoints move between sharded and plain strategies and replica counts both ways
+//    (and replicas sharing one copy of the variables: Strategy::set_share_cpu_variables);
 //  - what cannot be sharded is refused by name.
 // The 2-process case (multi_worker over Gloo) is in test_zero_multi_worker.cc.
 #include <catch2/catch.hpp>
@@ -121,7 +122,10 @@ std::vector<Case> cases() {
                         {"mirrored(4, hierarchical)",
                          "mirrored",
                          {.replicas = 4, .cross_device_ops = CrossDeviceOps::HierarchicalCopyAllReduce}},
-                        {"multi_worker(1 worker x 2)", "multi_worker", {.replicas = 2}}};
+                        {"multi_worker(1 worker x 2)", "multi_worker", {.replicas = 2}},
+                        {"mirrored(3), one copy of the variables",
+                         "mirrored",
+                         {.replicas = 3, .share_cpu_variables = true}}};
   return out;
 }
 
