@@ -874,7 +874,12 @@ TEST_CASE("ParameterServerStrategy: the synthetic MLP trains to within 2% of Mir
   WARN("eval accuracy: parameter_server (1 ps x 2 workers) " << ps_acc << ", mirrored(2) " << sync_acc
                                                               << "; steps/s " << ps_r["steps_per_sec"] << " vs "
                                                               << sync_r["steps_per_sec"]);
-  CHECK(ps_r["iterations"].get<int64_t>() == 300);  // every step's update reached the servers
+  // Every step's update reached the servers; a closure rescheduled after a missed
+  // heartbeat (a loaded machine) may have applied its update before it was re-run: at
+  // least once, as TensorFlow's ClusterCoordinator.
+  const int64_t iterations = ps_r["iterations"], rescheduled = ps_r["stats"]["closures_rescheduled"];
+  CHECK(iterations >= 300);
+  CHECK(iterations <= 300 + rescheduled);
   CHECK(sync_acc > 0.5);                            // the task is learnable in 300 steps
   CHECK(ps_acc >= sync_acc - 0.02);
   std::filesystem::remove(ps_report);
