@@ -286,18 +286,18 @@ TEST_CASE("gradient reducer: the synchronous packing keeps layout and undefined 
 
 namespace {
 
-constexpr int64_t kFeatures = 12, kHidden = 24, kClasses = 4, kGlobalBatch = 12, kExamples = 48;
+constexpr int64_t kReducerFeatures = 12, kReducerHidden = 24, kReducerClasses = 4, kReducerGlobalBatch = 12, kReducerExamples = 48;
 
-data::Dataset make_dataset() {
+data::Dataset make_reducer_dataset() {
   std::mt19937 gen(7);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> x(size_t(kExamples * kFeatures));
+  std::vector<float> x(size_t(kReducerExamples * kReducerFeatures));
   for (auto& v : x) v = normal(gen);
-  std::vector<int64_t> y(static_cast<size_t>(kExamples));
-  for (int64_t i = 0; i < kExamples; ++i) y[size_t(i)] = (x[size_t(i * kFeatures)] > 0 ? 1 : 0) + (i % 2) * 2;
+  std::vector<int64_t> y(static_cast<size_t>(kReducerExamples));
+  for (int64_t i = 0; i < kReducerExamples; ++i) y[size_t(i)] = (x[size_t(i * kReducerFeatures)] > 0 ? 1 : 0) + (i % 2) * 2;
   return data::Dataset::from_tensor_slices(
-             std::vector<Tensor>{Tensor::from_vector(x, {kExamples, kFeatures}), Tensor::from_vector(y, {kExamples})})
-      .batch(kGlobalBatch);
+             std::vector<Tensor>{Tensor::from_vector(x, {kReducerExamples, kReducerFeatures}), Tensor::from_vector(y, {kReducerExamples})})
+      .batch(kReducerGlobalBatch);
 }
 
 enum class Variant { Plain, ClippedAfterBackward, UnusedVariable };
@@ -309,9 +309,9 @@ std::vector<Tensor> train(Strategy& strategy, Variant variant) {
   Variable unused;
   {
     auto scope = strategy.scope();
-    model = nn::Sequential{nn::Dense(kFeatures, kHidden, {.kernel_initializer = nn::glorot_uniform(1)}), nn::ReLU(),
-                           nn::Dense(kHidden, kHidden, {.kernel_initializer = nn::glorot_uniform(2)}), nn::ReLU(),
-                           nn::Dense(kHidden, kClasses, {.kernel_initializer = nn::glorot_uniform(3)})};
+    model = nn::Sequential{nn::Dense(kReducerFeatures, kReducerHidden, {.kernel_initializer = nn::glorot_uniform(1)}), nn::ReLU(),
+                           nn::Dense(kReducerHidden, kReducerHidden, {.kernel_initializer = nn::glorot_uniform(2)}), nn::ReLU(),
+                           nn::Dense(kReducerHidden, kReducerClasses, {.kernel_initializer = nn::glorot_uniform(3)})};
     opt = optim::SGD(0.1, {.momentum = 0.9});
     autograd::VariableOptions o;
     o.name = "unused";
@@ -324,7 +324,7 @@ std::vector<Tensor> train(Strategy& strategy, Variant variant) {
     if (variant == Variant::UnusedVariable) (void)unused.read();  // watched, never used
     Tensor logits = model(b[0]);
     Tensor loss =
-        compute_average_loss(losses::sparse_categorical_crossentropy(b[1], logits, /*from_logits=*/true), kGlobalBatch);
+        compute_average_loss(losses::sparse_categorical_crossentropy(b[1], logits, /*from_logits=*/true), kReducerGlobalBatch);
     auto grads = tape.gradient(loss, vars);
     if (variant == Variant::ClippedAfterBackward) {
       // New tensors: the reducer's buckets are not theirs, apply_gradients reduces them.
@@ -335,7 +335,7 @@ std::vector<Tensor> train(Strategy& strategy, Variant variant) {
     return loss;
   };
   Tensor last_loss;
-  auto dist = strategy.experimental_distribute_dataset(make_dataset());
+  auto dist = strategy.experimental_distribute_dataset(make_reducer_dataset());
   for (int epoch = 0; epoch < 2; ++epoch) {
     for (auto& batch : dist) last_loss = strategy.reduce(ReduceOp::Sum, strategy.run(step, batch));
   }
