@@ -11,6 +11,8 @@
 #include <thread>
 #include <vector>
 
+#include <strata/core/poll.h>
+
 namespace strata {
 
 namespace {
@@ -118,24 +120,16 @@ class Pool {
   // The caller polls for the last chunks (normally a worker's, finishing at about the
   // same time as the caller's), then sleeps.
   void wait_done(Job& job) {
-    const auto until = Clock::now() + kCallerPoll;
-    while (job.pending.load(std::memory_order_acquire) != 0) {
-      if (Clock::now() >= until) {
-        std::unique_lock<std::mutex> lock(mutex_);
-        done_.wait(lock, [&] { return job.pending.load(std::memory_order_acquire) == 0; });
-        return;
-      }
-      std::this_thread::yield();
-    }
+    const auto done = [&] { return job.pending.load(std::memory_order_acquire) == 0; };
+    if (poll_for(done, kCallerPoll)) return;
+    std::unique_lock<std::mutex> lock(mutex_);
+    done_.wait(lock, done);
   }
 
   void worker_loop() {
     uint64_t seen = 0;
     for (;;) {
-      const auto until = Clock::now() + kWorkerPoll;
-      while (generation_.load(std::memory_order_acquire) == seen && Clock::now() < until) {
-        std::this_thread::yield();
-      }
+      poll_for([&] { return generation_.load(std::memory_order_acquire) != seen; }, kWorkerPoll);
       std::shared_ptr<Job> job;
       {
         std::unique_lock<std::mutex> lock(mutex_);

@@ -9,6 +9,8 @@
 
 #include <unistd.h>
 
+#include <strata/core/poll.h>
+
 namespace strata::data::detail {
 
 namespace {
@@ -55,10 +57,7 @@ class ParkedThreads {
       ++idle_;
       if (tasks_.empty()) {
         lk.unlock();
-        const auto until = Clock::now() + kParkPoll;
-        while (queued_.load(std::memory_order_acquire) == 0 && Clock::now() < until) {
-          std::this_thread::yield();
-        }
+        poll_for([&] { return queued_.load(std::memory_order_acquire) != 0; }, kParkPoll);
         lk.lock();
         ++sleeping_;
         const bool got = has_task_.wait_for(lk, kParkIdle, [&] { return !tasks_.empty(); });

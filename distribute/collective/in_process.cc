@@ -8,6 +8,7 @@
 #include <strata/autograd/tape.h>
 #include <strata/core/dispatch.h>
 #include <strata/core/ops.h>
+#include <strata/core/poll.h>
 
 namespace strata::distribute {
 
@@ -168,6 +169,11 @@ std::string InProcessGroup::missing_locked() const {
   return out;
 }
 
+namespace {
+// How long a rank polls for the others before sleeping: about a futex sleep and wake-up.
+constexpr auto kRendezvousPoll = std::chrono::microseconds(50);
+}  // namespace
+
 void InProcessGroup::sync(int rank, const std::string& label) {
   if (size_ == 1) return;
   // Declared before the lock: the slot is given up while waiting and taken back only
@@ -201,6 +207,13 @@ void InProcessGroup::sync(int rank, const std::string& label) {
   }
   yield.emplace();
   const uint64_t my_generation = generation_;
+  // The others usually arrive within microseconds (replicas run the same step): poll
+  // before sleeping, which would add a futex wake-up to every collective.
+  lock.unlock();
+  const bool passed =
+      poll_for([&] { return generation_.load(std::memory_order_acquire) != my_generation; }, kRendezvousPoll);
+  lock.lock();
+  if (passed) return;
   const auto deadline =
       std::chrono::steady_clock::now() +
       std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(timeout_seconds_));

@@ -19,6 +19,7 @@
 // After a failure the group stays failed until begin_round().
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <functional>
 #include <memory>
@@ -80,7 +81,8 @@ class InProcessGroup {
   std::mutex mutex_;
   std::condition_variable cv_;
   int arrived_count_ = 0;
-  uint64_t generation_ = 0;
+  // Written under mutex_; read without it by a rank polling for the others (sync()).
+  std::atomic<uint64_t> generation_{0};
   std::vector<bool> arrived_;
   std::vector<bool> finished_;
   std::vector<std::string> labels_;
