@@ -89,6 +89,25 @@ class BatchNode final : public UnaryNode {
   bool drop_remainder_;
 };
 
+// Runs copy(begin, count) over items [0, n) of `item_bytes` each. On a prefetch
+// producer's thread a copy of more than kShareChunkBytes is offered to the waiting consumer
+// in chunks of about that size (Note [copy sharing]); smaller copies (a batch's labels)
+// are not worth the hand-over, and other threads copy in one go.
+template <class F>
+void copy_in_chunks(size_t n, size_t item_bytes, F&& copy) {
+  constexpr size_t kShareChunkBytes = 32 * 1024;
+  detail::CopySharing* sharing = detail::current_copy_sharing();
+  const size_t per_chunk = std::max<size_t>(1, kShareChunkBytes / std::max<size_t>(1, item_bytes));
+  if (sharing == nullptr || n <= per_chunk) {
+    copy(size_t(0), n);
+    return;
+  }
+  sharing->run((n + per_chunk - 1) / per_chunk, [&](size_t c) {
+    const size_t begin = c * per_chunk;
+    copy(begin, std::min(per_chunk, n - begin));
+  });
+}
+
 // stack() for host tensors that are each contiguous: one allocation and a memcpy per
 // element. strata::stack builds an expand_dims view per element and runs the generic
 // strided concat kernel; batching MNIST rows that way measured ~2x slower (see the
@@ -101,11 +120,11 @@ std::optional<Tensor> stack_contiguous(const std::vector<Tensor>& column) {
   shape.insert(shape.end(), column[0].shape().begin(), column[0].shape().end());
   Tensor out = Tensor::empty(shape, column[0].dtype(), column[0].device());
   const size_t bytes = column[0].nbytes();
+  if (bytes == 0) return out;
   auto* dst = static_cast<uint8_t*>(out.raw_data());
-  for (const auto& t : column) {
-    if (bytes) std::memcpy(dst, t.raw_data(), bytes);
-    dst += bytes;
-  }
+  copy_in_chunks(column.size(), bytes, [&](size_t begin, size_t count) {
+    for (size_t i = begin; i < begin + count; ++i) std::memcpy(dst + i * bytes, column[i].raw_data(), bytes);
+  });
   return out;
 }
 
@@ -146,22 +165,9 @@ Tensor gather_rows(const Tensor& source, const std::vector<int64_t>& rows) {
   const auto* base = static_cast<const uint8_t*>(source.raw_data());
   const auto row_stride = static_cast<ptrdiff_t>(source.strides()[0] * int64_t(source.itemsize()));
   auto* dst = static_cast<uint8_t*>(out.raw_data());
-  // A prefetch producer shares a large gather with its waiting consumer in chunks of
-  // about kShareChunkBytes (Note [copy sharing]); smaller gathers (a batch's labels) are
-  // not worth the hand-over.
-  constexpr size_t kShareChunkBytes = 32 * 1024;
-  detail::CopySharing* sharing = detail::current_copy_sharing();
-  const size_t chunk_rows = std::max<size_t>(1, kShareChunkBytes / row_bytes);
-  if (sharing != nullptr && rows.size() > chunk_rows) {
-    const size_t chunks = (rows.size() + chunk_rows - 1) / chunk_rows;
-    sharing->run(chunks, [&](size_t c) {
-      const size_t begin = c * chunk_rows;
-      copy_rows(dst + begin * row_bytes, base, row_stride, row_bytes, rows.data() + begin,
-                std::min(chunk_rows, rows.size() - begin));
-    });
-  } else {
-    copy_rows(dst, base, row_stride, row_bytes, rows.data(), rows.size());
-  }
+  copy_in_chunks(rows.size(), row_bytes, [&](size_t begin, size_t count) {
+    copy_rows(dst + begin * row_bytes, base, row_stride, row_bytes, rows.data() + begin, count);
+  });
   return out;
 }
 

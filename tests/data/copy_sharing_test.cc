@@ -96,6 +96,12 @@ TEST_CASE("shared batch copies give the elements of the unprefetched pipeline", 
     }
     CHECK(got == expected);
   }
+  // Elements that are not rows of one source (after a map) are stacked, also shared.
+  const auto mapped_plain = big_rows().shuffle(100, 7).map([](const Element& e) { return e; }).batch(32);
+  const auto mapped = big_rows().shuffle(100, 7).map([](const Element& e) { return e; }).batch(32).prefetch(2);
+  auto m_plain = mapped_plain.make_iterator(1);
+  auto m = mapped.make_iterator(1);
+  CHECK(testing::drain(m) == testing::drain(m_plain));
   // drop_remainder and a remainder batch smaller than a chunk take the same path.
   auto odd_plain = big_rows().take(301).batch(40, true);
   auto odd = big_rows().take(301).batch(40, true).prefetch(1);
