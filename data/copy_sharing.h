@@ -1,5 +1,5 @@
-// Copy sharing: a prefetch producer's bulk row copies, cut into chunks that its consumer,
-// waiting in next() for the very element those copies build, runs instead of idling.
+// Copy sharing: a prefetch producer's bulk copies (a batch's rows), cut into chunks that
+// its consumer, waiting in next() for the very element they build, runs instead of idling.
 //
 // Note [copy sharing]: shuffle -> batch -> prefetch over MNIST is bound by its producer
 // (bench/README.md, "Data pipeline"): the consumer spends most of an epoch polling for
@@ -12,9 +12,9 @@
 // producer's alone (the consumer never calls into the input). Chunks only copy memory and
 // cannot fail, so errors still come from the input on the producer thread.
 //
-// The consumer never blocks the producer for longer than the chunk it is copying: run()
-// returns once every chunk ran and no helper holds the job, and a helper claims one chunk
-// at a time. A consumer that went away (or never waits) just leaves all chunks to the
+// The consumer never holds the producer up for longer than the chunk it is copying (longer
+// only when it is preempted mid-chunk): run() returns once every chunk ran and no helper
+// holds the job, and a helper claims one chunk at a time. A consumer that went away (or never waits) just leaves all chunks to the
 // producer.
 #pragma once
 
@@ -32,7 +32,8 @@ class CopySharing {
   template <class F>
   void run(size_t chunks, F&& chunk) {
     using Fn = std::remove_reference_t<F>;
-    run_erased(chunks, [](void* f, size_t i) { (*static_cast<Fn*>(f))(i); }, const_cast<void*>(static_cast<const void*>(&chunk)));
+    void* ctx = const_cast<void*>(static_cast<const void*>(&chunk));
+    run_erased(chunks, [](void* f, size_t i) { (*static_cast<Fn*>(f))(i); }, ctx);
   }
 
   // Runs chunks of the job on offer, if any, until none is left unclaimed; returns whether
