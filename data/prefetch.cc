@@ -26,6 +26,7 @@
 
 #include <strata/core/error.h>
 #include <strata/core/thread_pool.h>
+#include <strata/data/copy_sharing.h>
 #include <strata/data/dataset_node.h>
 #include <strata/data/parked_threads.h>
 
@@ -81,12 +82,14 @@ struct Channel {
   bool producer_asleep = false;   // waiting on not_full
   bool stop = false;              // the consumer is going away
   bool done = false;              // the task no longer touches the input
+  detail::CopySharing sharing;    // the producer's copies, for the waiting consumer
 };
 
 // The producer task: runs `input` into the channel, at most `depth` elements ahead, until
 // it ends, fails or the consumer stops it.
 void produce(const std::shared_ptr<Channel>& ch, IteratorBase& input, size_t depth) {
   set_thread_parallelism_limit(1);
+  const detail::ScopedCopySharing share_copies(&ch->sharing);  // Note [copy sharing]
   detail::AnchorClock clock;
   size_t anchor_words = 0;  // the last anchor's size, to reserve the next one's
   for (;;) {
@@ -181,13 +184,20 @@ class PrefetchIterator final : public IteratorBase {
   }
 
  private:
-  // The oldest queued item, waiting for one (Note [prefetch hand-off]).
+  // The oldest queued item, waiting for one (Note [prefetch hand-off]). While it polls,
+  // the consumer copies rows of the element being produced when the producer offers them
+  // (Note [copy sharing]); a poll that helped starts over, since the producer is then
+  // about to finish the element.
   Item take() {
     Channel& ch = *ch_;
     if (ch.queued.load(std::memory_order_acquire) == 0) {
-      const auto until = std::chrono::steady_clock::now() + kConsumerPoll;
+      auto until = std::chrono::steady_clock::now() + kConsumerPoll;
       while (ch.queued.load(std::memory_order_acquire) == 0 && std::chrono::steady_clock::now() < until) {
-        std::this_thread::yield();
+        if (ch.sharing.help()) {
+          until = std::chrono::steady_clock::now() + kConsumerPoll;
+        } else {
+          std::this_thread::yield();
+        }
       }
     }
     Item item;
