@@ -6,7 +6,8 @@
 // Eigen expressions ran at half of memcpy bandwidth (issue 22), and Eigen evaluates an
 // array's unaligned head and tail with scalar code that rounds differently (hence the
 // padded copies of elementwise.cc's unary_loop). Here exp, sigmoid and gelu_tanh are
-// range-reduced polynomials (Cephes' expf) with the exponent built by integer addition;
+// range-reduced polynomials (Cephes' expf) with the exponent built by integer addition, and
+// the softmax rows' exp_sum a cheaper degree-5 one (vec_math_impl.h's exp_softmax);
 // tanh and erf are Eigen's rational fits (kernels/cpu/vec_math_impl.h) in the same
 // framework; all run 4 x 8 lanes at a time.
 //
