@@ -22,8 +22,14 @@ namespace {
 template <typename T>
 constexpr double kRowCost = std::is_same_v<compute_t<T>, float> ? 1.0 : 4.0;
 
-// Runs row_fn(in_row, out_row, n, scratch) over rows of `axis` (moved last), writing into
-// out. `scratch` holds n floats of compute type, allocated once per worker chunk.
+// Rows up to this many bytes get the next row's pointers, to prefetch (vec::RowAhead): the
+// next row's input and output then fit in L1 (32 KiB here) beside the current one's.
+constexpr int64_t kPrefetchRowBytes = 8 << 10;
+
+// Runs row_fn(in_row, out_row, n, scratch, next_in, next_out) over rows of `axis` (moved
+// last), writing into out. `scratch` holds n floats of compute type, allocated once per
+// worker chunk. next_in and next_out are the following row's, to prefetch, or null (the
+// chunk's last row, rows over kPrefetchRowBytes).
 template <typename T, typename RowFn>
 void over_rows(const Tensor& x, int64_t axis, const Tensor& out, RowFn row_fn) {
   using C = compute_t<T>;
@@ -37,7 +43,12 @@ void over_rows(const Tensor& x, int64_t axis, const Tensor& out, RowFn row_fn) {
   const int64_t outer = n ? rows.numel() / n : 0;
   parallel_for(outer, double(n) * kRowCost<T>, [&](int64_t b, int64_t e) {
     std::vector<C> scratch(is_half_v<T> ? static_cast<size_t>(n) : 0);
-    for (int64_t i = b; i < e; ++i) row_fn(p + i * n, r + i * n, n, scratch.data());
+    const bool ahead = int64_t(sizeof(T)) * n <= kPrefetchRowBytes;
+    for (int64_t i = b; i < e; ++i) {
+      const bool next = ahead && i + 1 < e;
+      row_fn(p + i * n, r + i * n, n, scratch.data(), next ? p + (i + 1) * n : nullptr,
+             next ? r + (i + 1) * n : nullptr);
+    }
   });
   if (!direct) {
     const Tensor in[1] = {result};
@@ -63,8 +74,10 @@ float row_max(const float* x, int64_t n) { return vec::functions().max(x, n); }
 double row_max(const double* x, int64_t n) { return Eigen::Map<const RowArray<double>>(x, n).maxCoeff(); }
 
 // The sum of e^(x - m), each term also written to out unless out is null (out may be x).
-float exp_sum(const float* x, float m, float* out, int64_t n) { return vec::functions().exp_sum(x, m, out, n); }
-double exp_sum(const double* x, double m, double* out, int64_t n) {
+float exp_sum(const float* x, float m, float* out, int64_t n, vec::RowAhead ahead = {}) {
+  return vec::functions().exp_sum(x, m, out, n, ahead);
+}
+double exp_sum(const double* x, double m, double* out, int64_t n, vec::RowAhead = {}) {
   const auto e = flushed_exp<double>(Eigen::Map<const RowArray<double>>(x, n) - m);
   if (!out) return e.sum();
   Eigen::Map<RowArray<double>> y(out, n);
@@ -77,28 +90,32 @@ void scale(double* x, double s, int64_t n) { Eigen::Map<RowArray<double>>(x, n) 
 
 // One row of softmax or log-softmax: a max pass, a fused exp-and-sum pass (softmax writes
 // e^(x-m) as it sums), and a pass over the row, now in cache (a 1024-float row is 4 KB of
-// L1): scaling by 1/sum, or subtracting m + log(sum). in may be out.
+// L1): scaling by 1/sum, or subtracting m + log(sum). in may be out. The exp-and-sum pass
+// prefetches `ahead` (the next row, float32).
 template <typename C>
-void softmax_row_compute(const C* in, C* out, int64_t n, bool log_space) {
+void softmax_row_compute(const C* in, C* out, int64_t n, bool log_space, vec::RowAhead ahead) {
   const C m = row_shift(row_max(in, n));
   if (log_space) {
-    const C log_sum = std::log(exp_sum(in, m, nullptr, n));
+    const C log_sum = std::log(exp_sum(in, m, nullptr, n, ahead));
     for (int64_t j = 0; j < n; ++j) out[j] = (in[j] - m) - log_sum;
   } else {
-    scale(out, C(1) / exp_sum(in, m, out, n), n);
+    scale(out, C(1) / exp_sum(in, m, out, n, ahead), n);
   }
 }
 
 template <typename T>
-void softmax_row(const T* in, T* out, int64_t n, compute_t<T>* scratch, bool log_space) {
+void softmax_row(const T* in, T* out, int64_t n, compute_t<T>* scratch, bool log_space, const T* next_in,
+                 T* next_out) {
   if (n == 0) return;
   if constexpr (is_half_v<T>) {
     // float16/bfloat16 rows compute in float32 in the scratch row, rounded once at the end.
     for (int64_t j = 0; j < n; ++j) scratch[j] = float(in[j]);
-    softmax_row_compute(scratch, scratch, n, log_space);
+    softmax_row_compute(scratch, scratch, n, log_space, {});
     for (int64_t j = 0; j < n; ++j) out[j] = convert<T>(scratch[j]);
+  } else if constexpr (std::is_same_v<T, float>) {
+    softmax_row_compute(in, out, n, log_space, {next_in, next_out});
   } else {
-    softmax_row_compute(in, out, n, log_space);
+    softmax_row_compute(in, out, n, log_space, {});
   }
 }
 
@@ -107,8 +124,9 @@ void softmax_kernel(const KernelArgs& k) {
   visit_dtype(k.in[0].dtype(), [&](auto z) {
     using T = decltype(z);
     if constexpr (std::is_floating_point_v<compute_t<T>>) {
-      over_rows<T>(k.in[0], k.attrs.axis, k.out[0], [&](const T* in, T* out, int64_t n, compute_t<T>* scratch) {
-        softmax_row(in, out, n, scratch, log_space);
+      over_rows<T>(k.in[0], k.attrs.axis, k.out[0], [&](const T* in, T* out, int64_t n, compute_t<T>* scratch,
+                                                          const T* next_in, T* next_out) {
+        softmax_row(in, out, n, scratch, log_space, next_in, next_out);
       });
     }
   });
@@ -147,7 +165,11 @@ void xent_kernel(const KernelArgs& k) {
           }
           if (classes == 0) continue;
           const C m = row_shift(row_max(row, classes));
-          const C log_sum = std::log(exp_sum(row, m, nullptr, classes));
+          vec::RowAhead ahead;
+          if constexpr (std::is_same_v<T, float>) {
+            if (i + 1 < e && classes * int64_t(sizeof(T)) <= kPrefetchRowBytes) ahead.in = row + classes;
+          }
+          const C log_sum = std::log(exp_sum(row, m, nullptr, classes, ahead));
           o[i] = convert<T>(C((m - row[lab[size_t(i)]]) + log_sum));
         }
       });

@@ -67,6 +67,9 @@ inline F1 scale_pow2(F1 y, F1 shifted) {
 // y * 2^n by integer addition to y's exponent field: n's low 9 bits are shifted's, and
 // (n + 1.5 * 2^23)'s bits << 23 leave exactly n << 23.
 inline F1 add_exponent(F1 y, F1 shifted) { return from_bits(bits(y.v) + (bits(shifted.v) << 23)); }
+// 2^(m - 127) for shifted = m + 1.5 * 2^23, 0 < m < 255: m's low 9 bits become the exponent
+// field (the upper bits of shifted shift out), the mantissa is 0.
+inline F1 exponent_field(F1 shifted) { return from_bits(bits(shifted.v) << 23); }
 
 }  // namespace
 

@@ -63,6 +63,11 @@ inline F8 add_exponent(F8 y, F8 shifted) {
       _mm256_add_epi32(_mm256_castps_si256(y.v), _mm256_slli_epi32(_mm256_castps_si256(shifted.v), 23)));
 }
 
+// As the portable exponent_field: shifted's bits << 23.
+inline F8 exponent_field(F8 shifted) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_castps_si256(shifted.v), 23));
+}
+
 // Horizontal sum and maximum in a fixed order: halves, then pairs, then the last two.
 inline float hsum(F8 a) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(a.v), _mm256_extractf128_ps(a.v, 1));

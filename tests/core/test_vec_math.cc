@@ -263,6 +263,46 @@ TEST_CASE("vec_math: an element's value does not depend on its position in the a
   }
 }
 
+// exp_sum's exponential (vec_math.h: <= 2.5 ulp for x <= 0, flushed as exp is), measured
+// through exp_sum's terms with shift 0 over a dense sweep of x <= 0.
+TEST_CASE("vec_math: exp_sum's terms within 2.5 ulp of e^x, flushed below the smallest normal", "[vec_math]") {
+  const double log_min = std::log(double(kMinNormal));
+  for (const Functions* t : tables()) {
+    INFO(t->isa);
+    const std::vector<float> xs = sweep(-110.0f, 0.0f, 1 << 21);
+    std::vector<float> ys(xs.size());
+    const float sum = t->exp_sum(xs.data(), 0.0f, ys.data(), int64_t(xs.size()), {});
+    CHECK(std::isfinite(sum));
+    Worst w;
+    for (size_t i = 0; i < xs.size(); ++i) {
+      if (xs[i] <= log_min - 1e-4) {
+        INFO("x = " << xs[i]);
+        REQUIRE(ys[i] == 0.0f);
+      } else if (xs[i] > log_min + 1e-4) {
+        const double want = std::exp(double(xs[i]));
+        const double u = ulps(ys[i], want);
+        if (u > w.ulps) w = {u, xs[i], ys[i], want};
+      }
+    }
+    INFO("worst: " << w.str());
+    CHECK(w.ulps <= 2.5);
+    // Far below the threshold (where 2^n's exponent field would wrap), -inf, and the largest
+    // negative float are flushed; NaN stays NaN; 0 gives exactly 1.
+    const std::vector<float> s = {-1000.0f, -1e30f, -kInf, -std::numeric_limits<float>::max(), 0.0f, -0.0f,
+                                  -std::numeric_limits<float>::denorm_min()};
+    std::vector<float> e(s.size());
+    t->exp_sum(s.data(), 0.0f, e.data(), int64_t(s.size()), {});
+    for (size_t i = 0; i < 4; ++i) CHECK(e[i] == 0.0f);
+    CHECK(e[4] == 1.0f);
+    CHECK(e[5] == 1.0f);
+    CHECK(e[6] == 1.0f);
+    const float nan_in[] = {std::numeric_limits<float>::quiet_NaN()};
+    float nan_out[1];
+    t->exp_sum(nan_in, 0.0f, nan_out, 1, {});
+    CHECK(std::isnan(nan_out[0]));
+  }
+}
+
 TEST_CASE("vec_math: softmax row passes", "[vec_math]") {
   for (const Functions* t : tables()) {
     INFO(t->isa);
@@ -272,20 +312,31 @@ TEST_CASE("vec_math: softmax row passes", "[vec_math]") {
       for (int64_t i = 0; i < n; ++i) x[size_t(i)] = float(std::sin(double(i) * 12.9898) * 9.0);
       x[size_t(n / 2)] = 11.5f;  // the maximum, inside the row
       CHECK(t->max(x.data(), n) == 11.5f);
-      // exp_sum's terms are exp's values of the shifted inputs, bit for bit, and sum to
-      // the double-precision sum within the float accumulation's rounding.
+      // exp_sum's terms are e^(x - shift) within its 2.5 ulp, each the same whatever its
+      // position (the tail's too: the terms of the shifted row with shift 0, computed as
+      // one whole array, are the same bits), and sum to the double-precision sum within
+      // the float accumulation's rounding.
       std::vector<float> shifted(x.size());
       for (size_t i = 0; i < x.size(); ++i) shifted[i] = x[i] - 11.5f;
-      const std::vector<float> want_terms = run(t->exp, shifted);
+      std::vector<float> want_terms(x.size());
+      t->exp_sum(shifted.data(), 0.0f, want_terms.data(), n, {});
       std::vector<float> terms(x.size());
-      const float sum = t->exp_sum(x.data(), 11.5f, terms.data(), n);
+      const float sum = t->exp_sum(x.data(), 11.5f, terms.data(), n, {});
       CHECK(terms == want_terms);
+      for (int64_t i = 0; i < n; ++i) REQUIRE(ulps(terms[size_t(i)], std::exp(double(shifted[size_t(i)]))) <= 2.5);
+      std::vector<float> offset(x.size() + 5);
+      t->exp_sum(x.data() + 1, 11.5f, offset.data() + 3, n - 1, {});
+      for (int64_t i = 1; i < n; ++i) REQUIRE(offset[size_t(i + 2)] == terms[size_t(i)]);
       double want = 0;
       for (int64_t i = 0; i < n; ++i) want += std::exp(double(shifted[size_t(i)]));
       CHECK(std::fabs(double(sum) - want) <= 1e-6 * want);
-      CHECK(t->exp_sum(x.data(), 11.5f, nullptr, n) == sum);
+      CHECK(t->exp_sum(x.data(), 11.5f, nullptr, n, {}) == sum);
+      // Prefetching a next row changes nothing.
+      std::vector<float> next_out(x.size()), terms_ahead(x.size());
+      CHECK(t->exp_sum(x.data(), 11.5f, terms_ahead.data(), n, {shifted.data(), next_out.data()}) == sum);
+      CHECK(terms_ahead == terms);
       std::vector<float> in_place = x;
-      CHECK(t->exp_sum(in_place.data(), 11.5f, in_place.data(), n) == sum);
+      CHECK(t->exp_sum(in_place.data(), 11.5f, in_place.data(), n, {}) == sum);
       CHECK(in_place == want_terms);
       t->scale(terms.data(), 0.25f, n);
       for (int64_t i = 0; i < n; ++i) REQUIRE(terms[size_t(i)] == want_terms[size_t(i)] * 0.25f);
@@ -293,9 +344,9 @@ TEST_CASE("vec_math: softmax row passes", "[vec_math]") {
     // A row of -inf but one element, and a row holding NaN.
     std::vector<float> r = {-kInf, -kInf, 2.0f, -kInf, -kInf, -kInf, -kInf, -kInf, -kInf};
     CHECK(t->max(r.data(), 9) == 2.0f);
-    CHECK(t->exp_sum(r.data(), 2.0f, nullptr, 9) == 1.0f);
+    CHECK(t->exp_sum(r.data(), 2.0f, nullptr, 9, {}) == 1.0f);
     r[7] = std::numeric_limits<float>::quiet_NaN();
-    CHECK(std::isnan(t->exp_sum(r.data(), 2.0f, nullptr, 9)));
+    CHECK(std::isnan(t->exp_sum(r.data(), 2.0f, nullptr, 9, {})));
   }
 }
 
