@@ -372,6 +372,11 @@ void add_conv(std::vector<Result>& out, const Options& o, int64_t batch, int64_t
 std::vector<Result> ops_suite(const Options& o) {
   std::vector<Result> out;
   const int reps = o.quick ? 2 : 7;
+  // OpenBLAS starts its worker threads when the library loads, and each spins in
+  // sched_yield for its timeout (~75 ms here) before it sleeps: measured with perf, a
+  // --filter run's first rows (dense2's, ~0.3 s in all) shared the machine with that
+  // spinning. The suite starts once it is over.
+  let_reference_threads_sleep(2);
   for (int64_t n : o.quick ? std::vector<int64_t>{128, 256} : std::vector<int64_t>{128, 256, 512, 1024, 2048, 4096}) {
     const std::string name = "matmul f32 " + std::to_string(n) + "^3";
     if (o.selects(name) || o.selects(name + " (Eigen GEMM)") || o.selects(name + " (fraction of peak)")) {
