@@ -308,7 +308,7 @@ TEST_CASE("tensor: a small layer's few-KiB outputs reuse the block just freed", 
   for (int64_t floats : {int64_t(128 * 10), int64_t(64 * 128), int64_t(1025), int64_t(63 * 256)}) {
     INFO(floats << " floats");
     const int64_t live = cpu_allocator_stats().live_bytes;
-    void* last = nullptr;
+    [[maybe_unused]] void* last = nullptr;  // compared only without sanitizers
     {
       // Three blocks freed in order: glibc would coalesce neighbours and hand out the
       // first address again; the thread's list hands out the last one freed (likeliest
