@@ -71,7 +71,15 @@ ClusterCoordinatorOptions fast_coordinator_options() {
 
 json make_cluster(int num_ps, int num_workers) {
   json cluster;
-  auto addr = [] { return "127.0.0.1:" + std::to_string(find_free_port("127.0.0.1")); };
+  // Distinct ports: a port found free and released can be found free again at once, and a
+  // worker sharing a parameter server's port sent its closures to the server.
+  std::set<int> taken;
+  auto addr = [&] {
+    int port = find_free_port("127.0.0.1");
+    for (int tries = 0; taken.count(port) != 0 && tries < 100; ++tries) port = find_free_port("127.0.0.1");
+    taken.insert(port);
+    return "127.0.0.1:" + std::to_string(port);
+  };
   cluster["chief"] = json::array({addr()});
   for (int i = 0; i < num_workers; ++i) cluster["worker"].push_back(addr());
   for (int i = 0; i < num_ps; ++i) cluster["ps"].push_back(addr());
