@@ -21,11 +21,7 @@ namespace {
        "replicas before they are applied. Alternatively update it in cross-replica context (outside run(), or "
        "inside merge_call / StrategyExtended::update).");
 }
-}  // namespace
 
-// ---- base ----
-
-namespace {
 // A view of `t`'s memory that names `device` (a logical device of the same memory), so
 // that a replica's ops see its own device.
 Tensor view_on(const Tensor& t, Device device) {
@@ -46,10 +42,12 @@ bool one_copy_for(const Strategy& strategy) {
 }
 }  // namespace
 
+// ---- base ----
+
 DistributedVariableImpl::DistributedVariableImpl(Strategy& strategy, const Tensor& initial,
                                                  autograd::VariableOptions options, const std::vector<Device>& devices,
                                                  bool one_copy)
-    : VariableImpl(std::move(options)), strategy_(strategy) {
+    : VariableImpl(std::move(options)), strategy_(strategy), one_copy_(one_copy) {
   STRATA_CHECK(initial.defined(), "Variable '", options_.name, "': undefined initial value");
   autograd::StopRecording no_tape;
   for (const Device& d : devices) {
@@ -104,8 +102,7 @@ void DistributedVariableImpl::apply(const Tensor& component, const Tensor& value
 
 MirroredVariableImpl::MirroredVariableImpl(Strategy& strategy, const Tensor& initial, autograd::VariableOptions options)
     : DistributedVariableImpl(strategy, initial, std::move(options), strategy.parameter_devices(),
-                              one_copy_for(strategy)),
-      one_copy_(one_copy_for(strategy)) {}
+                              one_copy_for(strategy)) {}
 
 Tensor MirroredVariableImpl::value() const {
   LocalReplicaContext* ctx = replica();
@@ -113,20 +110,14 @@ Tensor MirroredVariableImpl::value() const {
 }
 
 void MirroredVariableImpl::restore_checkpoint_value(const Tensor& v) {
-  for (const Tensor& c : components_) {
-    apply(c, v, Update::Assign);
-    if (one_copy_) return;
-  }
+  for (const Tensor& c : copies()) apply(c, v, Update::Assign);
 }
 
 void MirroredVariableImpl::update(const Tensor& v, Update kind) {
   autograd::StopRecording no_tape;
   LocalReplicaContext* ctx = replica();
-  if (!ctx) {  // cross-replica context: the same update on every component (once on one copy)
-    for (const Tensor& c : components_) {
-      apply(c, v, kind);
-      if (one_copy_) return;
-    }
+  if (!ctx) {  // cross-replica context: the same update on every copy
+    for (const Tensor& c : copies()) apply(c, v, kind);
     return;
   }
   STRATA_CHECK(v.defined(), "MirroredVariable '", options_.name, "'.", update_name(kind), ": undefined value");

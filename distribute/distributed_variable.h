@@ -34,6 +34,8 @@
 // dtype.
 #pragma once
 
+#include <algorithm>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -53,6 +55,11 @@ class DistributedVariableImpl : public autograd::VariableImpl {
   bool is_replicated() const override { return true; }
   // The per-replica (per-device) tensors; updated in place, never replaced.
   const std::vector<Tensor>& components() const { return components_; }
+  // The components that hold memory of their own: all of them, or the first when they
+  // are views of one copy. An update of every replica's value writes each of these once.
+  std::span<const Tensor> copies() const {
+    return {components_.data(), one_copy_ ? std::min<size_t>(1, components_.size()) : components_.size()};
+  }
   Strategy& strategy() const { return strategy_; }
   // A slot variable placed and synchronised by the same strategy (created once across
   // replicas when called inside run()).
@@ -69,6 +76,7 @@ class DistributedVariableImpl : public autograd::VariableImpl {
 
   Strategy& strategy_;
   std::vector<Tensor> components_;
+  const bool one_copy_;
 };
 
 class MirroredVariableImpl final : public DistributedVariableImpl {
@@ -86,7 +94,6 @@ class MirroredVariableImpl final : public DistributedVariableImpl {
 
  private:
   void update(const Tensor& v, Update kind);
-  bool one_copy_ = false;
 };
 
 class SyncOnReadVariableImpl final : public DistributedVariableImpl {

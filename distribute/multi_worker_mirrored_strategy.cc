@@ -157,8 +157,8 @@ std::shared_ptr<autograd::VariableImpl> MultiWorkerMirroredStrategy::create_vari
       workers->broadcast(staged, 0);
       first.copy_(staged);
     }
-    for (size_t i = 1; i < components.size(); ++i)
-      if (!components[i].shares_storage(first)) components[i].copy_(first);  // one copy: nothing to do
+    const auto copies = distributed->copies();  // one copy: nothing more to write
+    for (size_t i = 1; i < copies.size(); ++i) copies[i].copy_(first);
   }
   return impl;
 }

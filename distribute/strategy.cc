@@ -431,11 +431,10 @@ void StrategyExtended::update(const Variable& var, const std::function<void(cons
   autograd::StopRecording no_tape;
   auto apply = [&] {
     const std::vector<Tensor> components = strategy_.experimental_local_results(var);
-    for (size_t i = 0; i < components.size(); ++i) {
-      fn(components[i], int(i));
-      // One copy (share_cpu_variables): every component is a view of it, updated once.
-      if (i == 0 && components.size() > 1 && components[1].shares_storage(components[0])) break;
-    }
+    // One copy (share_cpu_variables): the components are views of the first, updated once.
+    const auto* d = dynamic_cast<const DistributedVariableImpl*>(&var.impl());
+    const size_t n = d ? d->copies().size() : components.size();
+    for (size_t i = 0; i < n; ++i) fn(components[i], int(i));
   };
   if (LocalReplicaContext* ctx = strategy_.current_local_context()) {
     ctx->run_once_shared("update(" + var.name() + ")", [&]() -> std::shared_ptr<void> {

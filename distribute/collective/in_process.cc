@@ -237,9 +237,12 @@ void InProcessGroup::sync(int rank, const std::string& label) {
   }
 }
 
-void InProcessGroup::check_open(int rank, const std::string& label) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (failed_) throw Error("collective " + label + " on replica " + std::to_string(rank) + " aborted: " + *failed_);
+void InProcessGroup::publish(int rank, const std::string& label, const Tensor& input) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (failed_) throw Error("collective " + label + " on replica " + std::to_string(rank) + " aborted: " + *failed_);
+  }
+  inputs[size_t(rank)] = input;
 }
 
 void InProcessGroup::run_phase(const std::string& label, const std::function<void()>& phase) {
@@ -317,8 +320,7 @@ void InProcessCommunicator::all_reduce(const Tensor& buffer, ReduceOp op, const 
   InProcessGroup& g = *group_;
   const int n = g.size();
   if (n == 1) return;  // every reduction over one rank is the identity
-  g.check_open(rank_, label);
-  g.inputs[size_t(rank_)] = buffer;
+  g.publish(rank_, label, buffer);
   g.sync(rank_, label);
   const int64_t numel = buffer.numel();
   if (g.algorithm() == InProcessAlgorithm::ReduceToFirst) {
@@ -374,8 +376,7 @@ Tensor InProcessCommunicator::reduce_parts(const std::vector<Tensor>& parts, con
                output.defined() ? shape_str(output.shape()) : std::string("undefined"));
   InProcessGroup& g = *group_;
   const int n = g.size();
-  g.check_open(rank_, what);
-  g.inputs[size_t(rank_)] = output;
+  g.publish(rank_, what, output);
   g.input_lists[size_t(rank_)] = parts;
   g.sync(rank_, what);
   g.run_phase(what, [&] {
@@ -418,8 +419,7 @@ void InProcessCommunicator::broadcast(const Tensor& buffer, int root) {
   InProcessGroup& g = *group_;
   if (g.size() == 1) return;
   const std::string label = describe("broadcast", buffer, "root " + std::to_string(root));
-  g.check_open(rank_, label);
-  g.inputs[size_t(rank_)] = buffer;
+  g.publish(rank_, label, buffer);
   g.sync(rank_, label);
   if (rank_ != root) g.run_phase(label, [&] { buffer.copy_(g.inputs[size_t(root)]); });
   g.sync(rank_, label + "/copied");  // the root's buffer is read until everyone copied it
@@ -437,8 +437,7 @@ void InProcessCommunicator::all_gather(const Tensor& input, const Tensor& output
     return;
   }
   const std::string label = describe("all_gather", input);
-  g.check_open(rank_, label);
-  g.inputs[size_t(rank_)] = input;
+  g.publish(rank_, label, input);
   g.sync(rank_, label);
   g.run_phase(label, [&] {
     const int64_t rows = input.dim(0);
@@ -459,8 +458,7 @@ void InProcessCommunicator::reduce_scatter(const Tensor& input, const Tensor& ou
     return;
   }
   const std::string label = describe("reduce_scatter", input, reduce_op_name(op));
-  g.check_open(rank_, label);
-  g.inputs[size_t(rank_)] = input;
+  g.publish(rank_, label, input);
   g.sync(rank_, label);
   g.run_phase(label, [&] {
     const int64_t rows = output.dim(0);
@@ -481,8 +479,7 @@ Tensor InProcessCommunicator::all_gather_concat(const Tensor& value, int64_t axi
   const int64_t a = normalize_axis(axis, value.ndim(), "all_gather");
   const std::string label = "all_gather(axis " + std::to_string(a) + ", " + dtype_name(value.dtype()) + ", rank " +
                             std::to_string(value.ndim()) + ")";
-  g.check_open(rank_, label);
-  g.inputs[size_t(rank_)] = value;
+  g.publish(rank_, label, value);
   g.sync(rank_, label);
   Tensor out;
   g.run_phase(label, [&] {
@@ -501,8 +498,7 @@ Tensor InProcessCommunicator::merge(const std::string& what, const Tensor& value
                                     const std::function<Tensor(const std::vector<Tensor>&)>& fn) {
   InProcessGroup& g = *group_;
   if (g.size() == 1) return fn({value});
-  g.check_open(rank_, what);
-  g.inputs[size_t(rank_)] = value;
+  g.publish(rank_, what, value);
   g.sync(rank_, what);
   if (rank_ == 0) g.run_phase(what, [&] { g.outputs[0] = fn(g.inputs); });
   g.sync(rank_, what + "/merged");

@@ -59,11 +59,12 @@ class InProcessGroup {
   // different label fails the group. Throws strata::Error on mismatch, timeout, abort or
   // a finished rank. While waiting the caller gives up its compute slot.
   void sync(int rank, const std::string& label);
-  // Called by a rank before it writes its exchange slots for a new collective: throws if
-  // the group has failed. The ranks of a failed group leave their collectives without
-  // waiting for each other, so a peer may still be reading this rank's slots of the
-  // collective it left; none writes them again before the next round (begin_round).
-  void check_open(int rank, const std::string& label);
+  // Writes `input` into the rank's exchange slot for a new collective (before its first
+  // sync); other slots of the rank (input_lists) may be written after it. Throws if the
+  // group has failed: the ranks of a failed group leave their collectives without waiting
+  // for each other, so a peer may still be reading this rank's slots of the collective it
+  // left, and none writes them again before the next round (begin_round).
+  void publish(int rank, const std::string& label, const Tensor& input);
 
   // Runs `phase` (this rank's part of a collective); an exception aborts the group (so
   // the other ranks are released) and is rethrown.
