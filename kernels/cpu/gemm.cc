@@ -6,6 +6,7 @@
 #include <limits>
 
 #include <strata/core/error.h>
+#include <strata/kernels/cpu/gemm_direct.h>
 
 #if STRATA_HAS_OPENBLAS
 #include <cblas.h>
@@ -81,9 +82,24 @@ void blas(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t
 
 }  // namespace
 
+GemmKernel choose_gemm_kernel(int64_t m, int64_t n, int64_t k) {
+  return direct_gemm_suits(m, n, k) && direct_gemm_kernel() != nullptr ? GemmKernel::Direct : GemmKernel::Blas;
+}
+
+void gemm(GemmKernel kernel, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+          const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (kernel == GemmKernel::Direct) {
+    const DirectGemmFn direct = direct_gemm_kernel();
+    STRATA_CHECK(direct != nullptr, "matmul: the direct GEMM kernel needs a CPU with AVX2 and FMA");
+    direct(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
+  blas(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
+}
+
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
           int64_t ldb, float beta, float* c, int64_t ldc) {
-  blas(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
+  gemm(choose_gemm_kernel(m, n, k), ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
 }
 
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda, const double* b,

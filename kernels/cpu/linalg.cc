@@ -54,10 +54,13 @@ Operand prepare(const Tensor& x, const Shape& batch) {
 }
 
 // C = op(A) op(B): gemm.h for float/double, a plain loop for integers.
+// `kernel` is the float kernel chosen for the whole product (gemm.h).
 template <typename T>
-void gemm_typed(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b,
-                int64_t ldb, T* c, int64_t ldc) {
-  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+void gemm_typed([[maybe_unused]] GemmKernel kernel, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda,
+                const T* b, int64_t ldb, T* c, int64_t ldc) {
+  if constexpr (std::is_same_v<T, float>) {
+    gemm(kernel, ta, tb, m, n, k, a, lda, b, ldb, T(0), c, ldc);
+  } else if constexpr (std::is_same_v<T, double>) {
     gemm(ta, tb, m, n, k, a, lda, b, ldb, T(0), c, ldc);
   } else {
     for (int64_t i = 0; i < m; ++i) {
@@ -95,18 +98,19 @@ void matmul_typed(const Operand& A, const Operand& B, bool ta, bool tb, const Te
     }
     return off;
   };
+  const GemmKernel kernel = choose_gemm_kernel(m, n, k);
   if (batches == 1) {
     // One product: split along the larger of m and n when the parts repay the threads
     // (kernels/cpu/gemm_split.h).
     const GemmSplit split = plan_gemm_split(m, n, k, available_threads());
     if (split.axis == GemmSplitAxis::None) {  // no std::function (a heap block) for one part
-      gemm_typed<T>(eff_ta, eff_tb, m, n, k, pa, A.ld, pb, B.ld, pc, n);
+      gemm_typed<T>(kernel, eff_ta, eff_tb, m, n, k, pa, A.ld, pb, B.ld, pc, n);
       return;
     }
     run_gemm_split(split, m, n, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
       const T* a = pa + r0 * (eff_ta ? 1 : A.ld);
       const T* b = pb + c0 * (eff_tb ? B.ld : 1);
-      gemm_typed<T>(eff_ta, eff_tb, r1 - r0, c1 - c0, k, a, A.ld, b, B.ld, pc + r0 * n + c0, n);
+      gemm_typed<T>(kernel, eff_ta, eff_tb, r1 - r0, c1 - c0, k, a, A.ld, b, B.ld, pc + r0 * n + c0, n);
     });
     return;
   }
@@ -116,7 +120,7 @@ void matmul_typed(const Operand& A, const Operand& B, bool ta, bool tb, const Te
   const double flops_ns = 2.0 * double(k) * double(n) * 0.01 * 2.5;
   parallel_for(batches, flops_ns * double(m), [&](int64_t b0, int64_t b1) {
     for (int64_t bi = b0; bi < b1; ++bi) {
-      gemm_typed<T>(eff_ta, eff_tb, m, n, k, pa + batch_offset(bi, A.batch_strides), A.ld,
+      gemm_typed<T>(kernel, eff_ta, eff_tb, m, n, k, pa + batch_offset(bi, A.batch_strides), A.ld,
                     pb + batch_offset(bi, B.batch_strides), B.ld, pc + bi * m * n, n);
     }
   });

@@ -39,10 +39,14 @@ std::vector<float> split_product(const ck::GemmSplit& split, bool ta, bool tb, i
   const auto a = split_test_floats(size_t((ta ? k : m) * lda), 1);
   const auto b = split_test_floats(size_t((tb ? n : k) * ldb), 2);
   std::vector<float> c(size_t(m * ldc), -7.0f);  // padding must stay untouched
+  // One kernel for every part, chosen from the whole product's shape, as the matmul op does
+  // (kernels/cpu/gemm.h): a part's own shape may suit the direct kernel where the whole
+  // does not, and the two sum in different orders.
+  const ck::GemmKernel kernel = ck::choose_gemm_kernel(m, n, k);
   ck::run_gemm_split(split, m, n, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
     const float* pa = a.data() + r0 * (ta ? 1 : lda);
     const float* pb = b.data() + c0 * (tb ? ldb : 1);
-    ck::gemm(ta, tb, r1 - r0, c1 - c0, k, pa, lda, pb, ldb, 0.0f, c.data() + r0 * ldc + c0, ldc);
+    ck::gemm(kernel, ta, tb, r1 - r0, c1 - c0, k, pa, lda, pb, ldb, 0.0f, c.data() + r0 * ldc + c0, ldc);
   });
   return c;
 }
