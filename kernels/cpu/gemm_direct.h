@@ -8,9 +8,10 @@
 // vectors (zero padded); op(A) is read where it lies, one broadcast element at a time, so
 // its transpose costs nothing. Register tiles of 4x24, 6x16 or 8x8 outputs (12 or 8 AVX2
 // accumulators) run over the whole sum. When op(A) is stored transposed (A^T, the weight
-// gradient x^T dy) and the output is narrow, the roles swap: C^T = op(B)^T A_stored reads
-// A's rows directly as the panel (no copy at all) and every vector lane is a useful output
-// (a 10-wide panel would use 10 of 16 lanes).
+// gradient x^T dy), the output is narrow and A fits in L1, the roles swap: C^T = op(B)^T
+// A_stored reads A's rows directly as the panel (no copy at all), every vector lane is a
+// useful output (a 10-wide panel would use 10 of 16 lanes), and 4x8 blocks of C^T are
+// transposed in registers on the way out.
 //
 // Numerics: every output element is one sum over p = 0..k-1 in order, one fused
 // multiply-add per term, then + beta * C (one more FMA) -- independent of the tiling, the
