@@ -9,6 +9,7 @@
 
 #include <strata/kernels/cpu/gemm.h>
 #include <strata/kernels/cpu/gemm_direct.h>
+#include <strata/kernels/cpu/gemm_split.h>
 
 #include "tests/core/core_test_helpers.h"
 
@@ -173,4 +174,36 @@ TEST_CASE("direct GEMM: the shapes it takes", "[linalg]") {
   const bool direct_here = ck::direct_gemm_kernel() != nullptr;
   CHECK((ck::choose_gemm_kernel(64, 10, 128) == ck::GemmKernel::Direct) == direct_here);
   CHECK(ck::choose_gemm_kernel(256, 256, 256) == ck::GemmKernel::Blas);
+}
+
+TEST_CASE("direct GEMM: the matmul op gives the same bits at any thread count", "[linalg][threads]") {
+  // These products run the direct kernel and are split by rows at 2 threads (the MLP's
+  // 512->10 layer at batch 128): one in-order sum per element, whatever the split.
+  if (ck::direct_gemm_kernel() == nullptr) {
+    WARN("skipped: this CPU lacks AVX2 or FMA, so the direct GEMM kernel is not used here");
+    return;
+  }
+  struct Product {
+    int64_t m, n, k;
+    bool ta, tb;
+  };
+  for (const Product p : {Product{128, 10, 512, false, false}, Product{512, 10, 128, true, false},
+                          Product{128, 512, 10, false, true}}) {
+    REQUIRE(ck::plan_gemm_split(p.m, p.n, p.k, 2).axis != ck::GemmSplitAxis::None);
+    CAPTURE(p.m, p.n, p.k, p.ta, p.tb);
+    REQUIRE(ck::choose_gemm_kernel(p.m, p.n, p.k) == ck::GemmKernel::Direct);
+    const Tensor a = random::normal(p.ta ? Shape{p.k, p.m} : Shape{p.m, p.k}, 7);
+    const Tensor b = random::normal(p.tb ? Shape{p.n, p.k} : Shape{p.k, p.n}, 8);
+    std::vector<float> one, two;
+    {
+      testing::ThreadCountGuard g(1);
+      one = matmul(a, b, p.ta, p.tb).to_vector<float>();
+    }
+    {
+      testing::ThreadCountGuard g(2);
+      two = matmul(a, b, p.ta, p.tb).to_vector<float>();
+    }
+    REQUIRE(one.size() == size_t(p.m * p.n));
+    CHECK(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)) == 0);
+  }
 }
