@@ -567,9 +567,20 @@ namespace {
                                  const zmq::error_t& e) {
   throw RpcError(RpcStatus::Unavailable, peer, std::string("rpc ") + what + " " + peer + " (" + address + "): " + e.what());
 }
+
+// How often a call with an `abandon` flag looks at it while it waits (RpcClient::call).
+constexpr double kRpcAbandonCheckSeconds = 0.1;
+
+bool rpc_abandoned(const std::atomic<bool>* abandon) { return abandon && abandon->load(); }
+
+[[noreturn]] void throw_rpc_abandoned(const std::string& peer, const std::string& address, const std::string& method) {
+  throw RpcError(RpcStatus::Unavailable, peer,
+                 "rpc '" + method + "' to " + peer + " (" + address + "): abandoned: the peer was found dead");
+}
 }  // namespace
 
-uint64_t RpcClient::send_locked(const std::string& method, const RpcMessage& request, double timeout_seconds) {
+uint64_t RpcClient::send_locked(const std::string& method, const RpcMessage& request, double timeout_seconds,
+                                const std::atomic<bool>* abandon) {
   zmq::socket_t& sock = impl_->socket();
   const uint64_t id = impl_->next_id++;
   std::vector<zmq::message_t> frames;
@@ -577,20 +588,28 @@ uint64_t RpcClient::send_locked(const std::string& method, const RpcMessage& req
   frames.emplace_back(method);
   frames.emplace_back(encode_header(request));
   for (const Tensor& t : request.tensors) frames.push_back(tensor_frame(t));
-  sock.set(zmq::sockopt::sndtimeo, to_ms(timeout_seconds));
+  const auto deadline = Clock::now() + std::chrono::milliseconds(to_ms(timeout_seconds));
   for (size_t i = 0; i < frames.size(); ++i) {
     const auto flags = i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none;
-    zmq::send_result_t sent;
-    try {
-      sent = sock.send(frames[i], flags);
-    } catch (const zmq::error_t& e) {
-      socket_failure(peer_, address_, "to", e);
-    }
-    if (!sent) {
-      // Only the first frame can block (a multipart message is queued whole).
-      throw RpcError(RpcStatus::Unavailable, peer_,
-                     "rpc '" + method + "' to " + peer_ + " (" + address_ + "): not reachable within " +
-                         std::to_string(timeout_seconds) + " s" + ps_secret_hint());
+    for (;;) {
+      // Only the first frame can block (a multipart message is queued whole); with
+      // `abandon` it blocks in short slices, retried (a frame that was not sent was not
+      // queued) until the deadline unless the flag is set meanwhile.
+      const double left = std::chrono::duration<double>(deadline - Clock::now()).count();
+      sock.set(zmq::sockopt::sndtimeo, to_ms(abandon ? std::min(left, kRpcAbandonCheckSeconds) : left));
+      zmq::send_result_t sent;
+      try {
+        sent = sock.send(frames[i], flags);
+      } catch (const zmq::error_t& e) {
+        socket_failure(peer_, address_, "to", e);
+      }
+      if (sent) break;
+      if (rpc_abandoned(abandon)) throw_rpc_abandoned(peer_, address_, method);
+      if (Clock::now() >= deadline) {
+        throw RpcError(RpcStatus::Unavailable, peer_,
+                       "rpc '" + method + "' to " + peer_ + " (" + address_ + "): not reachable within " +
+                           std::to_string(timeout_seconds) + " s" + ps_secret_hint());
+      }
     }
   }
   return id;
@@ -636,18 +655,23 @@ std::optional<RpcClient::Reply> RpcClient::receive_locked(double timeout_seconds
   }
 }
 
-RpcMessage RpcClient::call(const std::string& method, const RpcMessage& request, double timeout_seconds) {
+RpcMessage RpcClient::call(const std::string& method, const RpcMessage& request, double timeout_seconds,
+                           const std::atomic<bool>* abandon) {
   std::lock_guard<std::mutex> lock(impl_->mu);
+  if (rpc_abandoned(abandon)) throw_rpc_abandoned(peer_, address_, method);
   const auto start = Clock::now();
-  const uint64_t id = send_locked(method, request, timeout_seconds);
+  const uint64_t id = send_locked(method, request, timeout_seconds, abandon);
   for (;;) {
     const double left = timeout_seconds - std::chrono::duration<double>(Clock::now() - start).count();
-    std::optional<Reply> r = left > 0 ? receive_locked(left) : std::nullopt;
-    if (!r) {
+    if (left <= 0) {
       throw RpcError(RpcStatus::DeadlineExceeded, peer_,
                      "rpc '" + method + "' to " + peer_ + " (" + address_ + "): no reply within " +
                          std::to_string(timeout_seconds) + " s");
     }
+    if (rpc_abandoned(abandon)) throw_rpc_abandoned(peer_, address_, method);
+    // With `abandon`, wait in slices so that the flag is seen soon after it is set.
+    std::optional<Reply> r = receive_locked(abandon ? std::min(left, kRpcAbandonCheckSeconds) : left);
+    if (!r) continue;           // the slice or the deadline passed: checked above
     if (r->id != id) continue;  // a late reply to an abandoned request
     if (!r->ok) throw RpcError(RpcStatus::RemoteError, peer_, peer_ + ": " + r->error);
     return std::move(r->message);
@@ -690,10 +714,14 @@ RpcClient::RpcClient(const std::string& address, std::string peer, std::optional
   no_zmq("RpcClient(" + peer_ + ")");
 }
 RpcClient::~RpcClient() = default;
-RpcMessage RpcClient::call(const std::string&, const RpcMessage&, double) { no_zmq("RpcClient::call"); }
+RpcMessage RpcClient::call(const std::string&, const RpcMessage&, double, const std::atomic<bool>*) {
+  no_zmq("RpcClient::call");
+}
 uint64_t RpcClient::send(const std::string&, const RpcMessage&, double) { no_zmq("RpcClient::send"); }
 std::optional<RpcClient::Reply> RpcClient::receive(double) { no_zmq("RpcClient::receive"); }
-uint64_t RpcClient::send_locked(const std::string&, const RpcMessage&, double) { no_zmq("RpcClient::send"); }
+uint64_t RpcClient::send_locked(const std::string&, const RpcMessage&, double, const std::atomic<bool>*) {
+  no_zmq("RpcClient::send");
+}
 std::optional<RpcClient::Reply> RpcClient::receive_locked(double) { no_zmq("RpcClient::receive"); }
 void RpcClient::reset() {}
 

@@ -19,6 +19,7 @@
 // the GPU machine), constructing a server or client throws a strata::Error saying so.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -112,7 +113,12 @@ class RpcClient {
   RpcClient& operator=(const RpcClient&) = delete;
 
   // Sends a request and waits for its reply until the deadline; throws RpcError.
-  RpcMessage call(const std::string& method, const RpcMessage& request, double timeout_seconds);
+  // `abandon`, when given, is checked while waiting (every 100 ms at most): once it is
+  // set, the call gives up with RpcError (Unavailable) instead of waiting out the
+  // deadline. The owner sets it when another source (the coordinator's heartbeats) has
+  // found the peer dead: a request to a dead peer otherwise waits the whole timeout.
+  RpcMessage call(const std::string& method, const RpcMessage& request, double timeout_seconds,
+                  const std::atomic<bool>* abandon = nullptr);
 
   // The two halves of call(), for a caller that interleaves a long request with others
   // on the same connection. send() returns the request's id; it throws RpcError
@@ -138,7 +144,8 @@ class RpcClient {
   const std::string& address() const { return address_; }
 
  private:
-  uint64_t send_locked(const std::string& method, const RpcMessage& request, double timeout_seconds);
+  uint64_t send_locked(const std::string& method, const RpcMessage& request, double timeout_seconds,
+                       const std::atomic<bool>* abandon = nullptr);
   std::optional<Reply> receive_locked(double timeout_seconds);
 
   struct Impl;

@@ -16,10 +16,13 @@ VariableClient::VariableClient(const ClusterSpec& spec, std::string from, double
   const int n = spec.num_tasks("ps");
   STRATA_CHECK(n >= 1, "ParameterServerStrategy: the cluster has no 'ps' task: ", spec.to_json());
   answered_ = std::make_unique<std::atomic<bool>[]>(size_t(n));
+  failed_ = std::make_unique<std::atomic<bool>[]>(size_t(n));
+  failed_error_.resize(size_t(n));
   for (int i = 0; i < n; ++i) {
     labels_.push_back(ps::task_label(spec, "ps", i));
     clients_.push_back(std::make_unique<ps::RpcClient>(spec.task_address("ps", i), labels_.back()));
     answered_[size_t(i)] = false;
+    failed_[size_t(i)] = false;
   }
 }
 
@@ -31,6 +34,14 @@ const std::string& VariableClient::ps_label(int ps) const {
   return labels_[size_t(ps)];
 }
 
+void VariableClient::mark_failed(int ps, const std::string& error) {
+  ps_label(ps);  // range check
+  std::lock_guard<std::mutex> lock(failed_mu_);
+  if (failed_[size_t(ps)].load()) return;  // the first reason stands
+  failed_error_[size_t(ps)] = error;
+  failed_[size_t(ps)] = true;  // after the error: a call that sees the flag reads it under the lock
+}
+
 json VariableClient::call(int ps, const char* method, json header, std::vector<Tensor> tensors,
                           std::vector<Tensor>* reply_tensors) {
   ps_label(ps);  // range check
@@ -38,12 +49,19 @@ json VariableClient::call(int ps, const char* method, json header, std::vector<T
   const bool first = !answered_[size_t(ps)].load();
   const double timeout = first ? std::max(startup_timeout_, rpc_timeout_) : rpc_timeout_;
   try {
+    // The failed flag ends the wait early: the chief's coordinator knows a dead server
+    // within its heartbeat timeout, and the chief reading variables (for a checkpoint, the
+    // global step) must not wait the whole RPC timeout on it before the job fails.
     ps::RpcMessage reply = clients_[size_t(ps)]->call(method, ps::RpcMessage{std::move(header), std::move(tensors)},
-                                                      timeout);
+                                                      timeout, &failed_[size_t(ps)]);
     answered_[size_t(ps)] = true;
     if (reply_tensors) *reply_tensors = std::move(reply.tensors);
     return std::move(reply.header);
   } catch (const ps::RpcError& e) {
+    if (e.peer_unreachable() && failed_[size_t(ps)].load()) {
+      std::lock_guard<std::mutex> lock(failed_mu_);
+      throw ParameterServerUnavailable(ps, failed_error_[size_t(ps)]);
+    }
     if (e.peer_unreachable()) {
       throw ParameterServerUnavailable(ps, "parameter server " + labels_[size_t(ps)] + " is unavailable" +
                                                (first ? " (it never answered)" : "") + ": " + e.what());

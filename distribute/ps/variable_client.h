@@ -6,11 +6,14 @@
 // ParameterServerUnavailable naming the task ("/job:ps/replica:0/task:1 (127.0.0.1:4001)");
 // the coordinator turns that into the job's failure, as TensorFlow does for a PS failure.
 // Before a server has answered once, calls wait up to the startup timeout for it to come
-// up (tasks start in any order); afterwards up to the RPC timeout.
+// up (tasks start in any order); afterwards up to the RPC timeout — or until the chief's
+// ClusterCoordinator, whose heartbeats find a dead server within seconds, declares it
+// failed (mark_failed): calls to it then throw at once, those already waiting included.
 #pragma once
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -59,6 +62,11 @@ class VariableClient {
   void put_placement(const std::string& key, const nlohmann::json& placement);
   std::optional<nlohmann::json> get_placement(const std::string& key);
 
+  // Parameter server `ps` has failed (the coordinator's heartbeats say so): every call to
+  // it, from now on and already waiting, throws ParameterServerUnavailable with `error`
+  // (which names the server) instead of waiting out the RPC timeout. Thread-safe.
+  void mark_failed(int ps, const std::string& error);
+
  private:
   nlohmann::json call(int ps, const char* method, nlohmann::json header, std::vector<Tensor> tensors,
                       std::vector<Tensor>* reply_tensors = nullptr);
@@ -68,6 +76,10 @@ class VariableClient {
   std::vector<std::string> labels_;
   std::vector<std::unique_ptr<ps::RpcClient>> clients_;
   std::unique_ptr<std::atomic<bool>[]> answered_;
+  // Set by mark_failed; the RPC client watches it while a call waits.
+  std::unique_ptr<std::atomic<bool>[]> failed_;
+  std::mutex failed_mu_;
+  std::vector<std::string> failed_error_;  // by server, under failed_mu_
 };
 
 }  // namespace strata::distribute

@@ -78,7 +78,8 @@ class ChildProcess {
 
   pid_t pid() const { return pid_; }
 
-  // Waits up to `timeout_seconds`, then kills the process group.
+  // Waits until `timeout_seconds` after the process started (not after this call), then
+  // kills the process group.
   ProcessResult wait(double timeout_seconds) {
     ProcessResult r;
     const auto deadline = start_ + std::chrono::milliseconds(int64_t(timeout_seconds * 1000));
@@ -98,11 +99,16 @@ class ChildProcess {
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
     if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
     if (WIFSIGNALED(status)) r.signal = WTERMSIG(status);
+    r.output = output();
+    return r;
+  }
+
+  // What the process has printed so far (it may still be running).
+  std::string output() const {
     std::ifstream in(log_path_);
     std::stringstream ss;
     ss << in.rdbuf();
-    r.output = ss.str();
-    return r;
+    return ss.str();
   }
 
  private:

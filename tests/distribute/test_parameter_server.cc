@@ -26,6 +26,7 @@
 #include <strata/distribute/ps/cluster_coordinator.h>
 #include <strata/distribute/ps/parameter_server.h>
 #include <strata/distribute/ps/parameter_server_strategy.h>
+#include <strata/distribute/ps/protocol.h>
 #include <strata/distribute/ps/rpc.h>
 #include "tests/distribute/child_process.h"
 #include "tests/test_util.h"
@@ -234,6 +235,62 @@ TEST_CASE("ParameterServer rpc: tensors, errors and deadlines over ZeroMQ", "[di
   first.start();
   ps::RpcServer second("127.0.0.1", first.port(), "second");
   CHECK_THROWS_WITH(second.start(), Catch::Contains("second): cannot listen on tcp://127.0.0.1:"));
+}
+
+TEST_CASE("VariableClient: calls to a parameter server declared failed stop waiting and name it",
+          "[distribute][ps]") {
+  PS_REQUIRE_RPC();
+  // Server 0 is a parameter server; server 1 never answers a read (until the test releases
+  // it), as a server that died with the request in flight.
+  InProcessCluster c(1, 1);
+  json cluster = c.cluster;
+  cluster["ps"].push_back("127.0.0.1:" + std::to_string(find_free_port("127.0.0.1")));
+  const ClusterSpec spec = ClusterResolver::from_tf_config(tf_config(cluster, "chief", 0)).cluster_spec();
+  const auto [host, port] = split_host_port(cluster["ps"][1].get<std::string>(), "test");
+  std::atomic<bool> release{false};
+  ps::RpcServer silent(host, port, "silent server");
+  silent.add_method(ps::kRead, [&](const ps::RpcMessage&) {
+    while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return ps::RpcMessage{};
+  });
+  silent.start();
+  // The RPC timeout is long: only mark_failed can end these waits in time.
+  VariableClient client(spec, "chief", /*rpc_timeout_seconds=*/60, /*startup_timeout_seconds=*/60);
+  client.create(0, {{"v", ps::kCreateOverwrite, zeros({2})}});
+  const std::string error = "parameter server " + client.ps_label(1) + " failed: no reply to heartbeats (test)";
+  auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+  // A request sent and waiting for its reply.
+  std::thread marker([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    client.mark_failed(1, error);
+  });
+  auto t0 = Clock::now();
+  try {
+    client.read(1, {"v"});
+    FAIL("no error");
+  } catch (const ParameterServerUnavailable& e) {
+    CHECK(e.ps_index() == 1);
+    CHECK(std::string(e.what()) == error);
+  }
+  CHECK(seconds_since(t0) < 10);
+  marker.join();
+  release = true;
+  silent.stop();
+  // Later calls fail at once, with the same error; the other server still answers.
+  t0 = Clock::now();
+  CHECK_THROWS_WITH(client.update(1, {{"v", ps::kOpAdd, ones({2})}}), error);
+  CHECK(seconds_since(t0) < 1);
+  CHECK(client.read(0, {"v"})[0].to_vector<float>() == std::vector<float>{0, 0});
+  // A request that cannot be sent (nobody listens any more) stops waiting too.
+  VariableClient fresh(spec, "chief", 60, 60);
+  std::thread late_marker([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    fresh.mark_failed(1, error);
+  });
+  t0 = Clock::now();
+  CHECK_THROWS_AS(fresh.read(1, {"v"}), ParameterServerUnavailable);
+  CHECK(seconds_since(t0) < 10);
+  late_marker.join();
 }
 
 TEST_CASE("ParameterServer: partitioners follow TensorFlow's arithmetic", "[distribute][ps]") {
@@ -745,6 +802,16 @@ class HelperJob {
     start("chief", 0);
   }
   pid_t pid(const std::string& type, int index) { return tasks_.at(type + std::to_string(index))->pid(); }
+  // Waits (bounded) until a task has printed `text`; false at the deadline.
+  bool wait_for_output(const std::string& type, int index, const std::string& text, double seconds) {
+    const auto deadline = Clock::now() + std::chrono::milliseconds(int64_t(seconds * 1000));
+    const auto& task = *tasks_.at(type + std::to_string(index));
+    while (Clock::now() < deadline) {
+      if (task.output().find(text) != std::string::npos) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return false;
+  }
   // Waits for a task once (later calls return the same result).
   const testing::ProcessResult& wait(const std::string& type, int index, double seconds) {
     const std::string name = type + std::to_string(index);
@@ -827,19 +894,25 @@ TEST_CASE("ClusterCoordinator: a killed parameter server stops the job with an e
           "[distribute][ps][processes]") {
   PS_REQUIRE_RPC();
   HelperJob job(2, 2, {"ps-fault", "--closure-ms", "20", "--heartbeat-timeout", "1.0", "--rpc-timeout", "3"});
+  const auto started = Clock::now();
   job.start_all(2, 2);
-  std::this_thread::sleep_for(std::chrono::seconds(3));  // the job is running closures
+  // Killed once the job is running closures on every worker, not after a fixed sleep: on
+  // a loaded machine the tasks may still be starting then, and a server killed before a
+  // task first reached it is waited for up to the startup timeout (120 s), not failed.
+  REQUIRE(job.wait_for_output("chief", 0, "chief: every worker ran a closure", 90));
   const auto killed_at = Clock::now();
   ::kill(-job.pid("ps", 1), SIGKILL);
-  const auto chief = job.wait("chief", 0, 60);
+  // wait()'s limits count from the task's start: the time it took to get here is added.
+  const double before_kill = std::chrono::duration<double>(killed_at - started).count();
+  const auto chief = job.wait("chief", 0, before_kill + 60);
   const double seconds = std::chrono::duration<double>(Clock::now() - killed_at).count();
   INFO(chief.output);
   CHECK(chief.exit_code == 3);
   CHECK_THAT(chief.output, Catch::Contains("job failed") && Catch::Contains("/job:ps/replica:0/task:1"));
   CHECK(seconds < 20);
   // The workers are told to stop (or stop when the chief is gone).
-  CHECK(job.wait("worker", 0, 40).exit_code == 0);
-  CHECK(job.wait("ps", 0, 40).exit_code == 0);
+  CHECK(job.wait("worker", 0, before_kill + 40).exit_code == 0);
+  CHECK(job.wait("ps", 0, before_kill + 40).exit_code == 0);
 }
 
 TEST_CASE("ClusterCoordinator: a killed chief stops the servers with an error naming it",
