@@ -8,12 +8,17 @@
 // job (tests/distribute/helpers/ps_helper.cc): a killed worker, a killed parameter
 // server, and training the synthetic MLP next to MirroredStrategy(2). Every wait is
 // bounded.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <barrier>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <set>
 #include <thread>
 
@@ -70,14 +75,41 @@ ClusterCoordinatorOptions fast_coordinator_options() {
   return o;
 }
 
+// A port for an in-process cluster's task: random in [20000, 32768), below Linux's
+// ephemeral range (32768-60999), and free right now. The kernel's own pick
+// (find_free_port) comes from the ephemeral range, which every concurrently running test
+// process draws from too -- for its servers and for the source ports of its outgoing
+// connections -- so a port picked there and released could be bound by another process
+// before this cluster's task bound it. Seen twice under `ctest -j2`: the task failed to
+// bind, and the chief sent its closures to another test's parameter server at that
+// address ("unknown method 'run'"). Here only another test's random pick could collide.
+int pick_cluster_port(const std::set<int>& taken) {
+  static std::mt19937 rng{std::random_device{}()};
+  std::uniform_int_distribution<int> range(20000, 32767);
+  for (int tries = 0; tries < 1000; ++tries) {
+    const int port = range(rng);
+    if (taken.count(port) != 0) continue;
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(uint16_t(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    const bool free = ::bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) == 0;
+    ::close(fd);
+    if (free) return port;
+  }
+  FAIL("no free port in [20000, 32768) after 1000 tries");
+  return 0;
+}
+
 json make_cluster(int num_ps, int num_workers) {
   json cluster;
-  // Distinct ports: a port found free and released can be found free again at once, and a
-  // worker sharing a parameter server's port sent its closures to the server.
+  // Distinct ports: a worker sharing a parameter server's port sent its closures to the
+  // server.
   std::set<int> taken;
   auto addr = [&] {
-    int port = find_free_port("127.0.0.1");
-    for (int tries = 0; taken.count(port) != 0 && tries < 100; ++tries) port = find_free_port("127.0.0.1");
+    const int port = pick_cluster_port(taken);
     taken.insert(port);
     return "127.0.0.1:" + std::to_string(port);
   };
