@@ -20,12 +20,12 @@
 // OpenBLAS's result in the last bits (a different summation order), as OpenBLAS's own
 // kernels differ between CPUs.
 //
-// Measured against OpenBLAS 0.3.21's sgemm on Zen 3, one thread, paired medians (session
-// 10, bench/README.md "Direct GEMM"): the CNN's dense2 products 64x10x128 1.09-1.19x,
-// 128x10x64 A^T 1.12-1.26x, 64x128x10 B^T 1.41-1.69x; the MLP's 512->10 layer 1.07-1.79x;
-// conv1's im2col product 43264x32x9 2.2x; 32^3-96^3 1.13-1.68x. Larger products (128^3,
-// 256^3, the CNN's conv2 and dense1) stay with OpenBLAS, whose cache blocking wins there
-// (0.2-0.97x for the direct kernel).
+// Measured through the matmul op against OpenBLAS 0.3.21's cblas_sgemm on Zen 3, one
+// thread, paired medians (session 10, bench/README.md "Direct GEMM"): the CNN's dense2
+// products 64x10x128 1.18-1.24x, 128x10x64 A^T 1.25-1.40x, 64x128x10 B^T 1.17-1.47x; the
+// MLP's 512->10 layer 1.07-1.47x; conv1's im2col product 43264x32x9 2.7-3.0x. Larger
+// products (128^3, 256^3, the CNN's conv2 and dense1) stay with OpenBLAS, whose cache
+// blocking wins there (0.5-0.97x for this kernel in a standalone loop).
 #pragma once
 
 #include <cstdint>
