@@ -460,8 +460,7 @@ bool ClusterCoordinator::run_on(int w, const std::shared_ptr<Closure>& closure) 
                                       : std::string("a parameter server");
         const std::string msg = "parameter server " + label + " failed (seen by worker " + r.label +
                                 " running closure '" + closure->function + "'): " + message;
-        if (ps_index >= 0 && ps_index < strategy_.num_ps()) strategy_.client().mark_failed(ps_index, msg);
-        set_fatal(msg);
+        fail_parameter_server(ps_index, msg);
         resolve(closure, RemoteValue::Status::Failed, {}, msg, w);
         return true;
       }
@@ -508,14 +507,12 @@ bool ClusterCoordinator::run_on(int w, const std::shared_ptr<Closure>& closure) 
   }
 }
 
+void ClusterCoordinator::fail_parameter_server(int ps, const std::string& message) {
+  if (ps >= 0 && ps < strategy_.num_ps()) strategy_.client().mark_failed(ps, message);
+  set_fatal(message);
+}
+
 void ClusterCoordinator::monitor_loop() {
-  // A lost server fails the job, and the strategy's own calls to it (the chief reading
-  // variables for a checkpoint or the global step) stop waiting: without that they would
-  // wait the whole RPC timeout (30 s by default) before the job could fail.
-  auto fail_ps = [this](size_t i, const std::string& message) {
-    strategy_.client().mark_failed(int(i), message);
-    set_fatal(message);
-  };
   const size_t n = ps_clients_.size();
   const auto start = Clock::now();
   std::vector<std::optional<uint64_t>> incarnation(n);
@@ -534,7 +531,7 @@ void ClusterCoordinator::monitor_loop() {
                                                options_.heartbeat_timeout_seconds);
         const auto inc = pong.header.at("incarnation").get<uint64_t>();
         if (incarnation[i] && *incarnation[i] != inc) {
-          fail_ps(i, "parameter server " + label +
+          fail_parameter_server(int(i), "parameter server " + label +
                          " restarted and lost its variables; restart the job (the chief resumes from its latest "
                          "checkpoint)");
         }
@@ -543,10 +540,10 @@ void ClusterCoordinator::monitor_loop() {
       } catch (const std::exception& e) {
         const auto now = Clock::now();
         if (incarnation[i] && seconds_between(last_ok[i], now) >= options_.heartbeat_timeout_seconds) {
-          fail_ps(i, "parameter server " + label + " failed: no reply to heartbeats for " +
+          fail_parameter_server(int(i), "parameter server " + label + " failed: no reply to heartbeats for " +
                          fmt_seconds(seconds_between(last_ok[i], now)) + " (" + e.what() + ")");
         } else if (!incarnation[i] && seconds_between(start, now) > startup) {
-          fail_ps(i, "parameter server " + label + " never answered within " + fmt_seconds(startup));
+          fail_parameter_server(int(i), "parameter server " + label + " never answered within " + fmt_seconds(startup));
         }
       }
     }

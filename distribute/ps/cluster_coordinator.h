@@ -205,6 +205,11 @@ class ClusterCoordinator {
                const std::string& error, int worker);
   void fail_closure(const std::shared_ptr<Closure>& closure, const std::string& message, int worker);
   void set_fatal(const std::string& message);
+  // A lost parameter server fails the job, and the strategy's own calls to it (the chief
+  // reading variables for a checkpoint or the global step) stop waiting: without that they
+  // would wait the whole RPC timeout (30 s by default) before the job could fail.
+  // `ps` out of range (a worker that could not say which server) only fails the job.
+  void fail_parameter_server(int ps, const std::string& message);
   void cancel_queued(const std::string& why);
   void throw_if_failed();
   void requeue(const std::shared_ptr<Closure>& closure, std::chrono::steady_clock::time_point last_alive);

@@ -58,15 +58,13 @@ json VariableClient::call(int ps, const char* method, json header, std::vector<T
     if (reply_tensors) *reply_tensors = std::move(reply.tensors);
     return std::move(reply.header);
   } catch (const ps::RpcError& e) {
-    if (e.peer_unreachable() && failed_[size_t(ps)].load()) {
+    if (!e.peer_unreachable()) throw;
+    if (failed_[size_t(ps)].load()) {  // the coordinator's reason, which names the server
       std::lock_guard<std::mutex> lock(failed_mu_);
       throw ParameterServerUnavailable(ps, failed_error_[size_t(ps)]);
     }
-    if (e.peer_unreachable()) {
-      throw ParameterServerUnavailable(ps, "parameter server " + labels_[size_t(ps)] + " is unavailable" +
-                                               (first ? " (it never answered)" : "") + ": " + e.what());
-    }
-    throw;
+    throw ParameterServerUnavailable(ps, "parameter server " + labels_[size_t(ps)] + " is unavailable" +
+                                             (first ? " (it never answered)" : "") + ": " + e.what());
   }
 }
 

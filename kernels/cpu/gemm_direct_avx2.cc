@@ -21,6 +21,8 @@ constexpr int64_t kLanes = 8;
 // it wins while A stays in L1 (32 KB on Zen 3; 128x10x64 A^T 1.57x OpenBLAS against 1.13x
 // unswapped) and loses past it (512x10x128 A^T 0.88x against 1.07x).
 constexpr int64_t kSwapMaxPanelFloats = 8192;
+// ... and only for outputs this narrow: C^T's rows are the narrow side (4 to a tile).
+constexpr int64_t kSwapMaxColumns = 16;
 
 // The first `count` (0..8) lanes set.
 __m256i lane_mask(int64_t count) {
@@ -238,7 +240,7 @@ void direct_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float*
     }
     return;
   }
-  if (ta && n <= 16 && m % kLanes == 0 && m * k <= kSwapMaxPanelFloats) {
+  if (ta && n <= kSwapMaxColumns && m % kLanes == 0 && m * k <= kSwapMaxPanelFloats) {
     // C^T [n x m] = op(B)^T [n x k] * A_stored [k x m]: A's storage is the panel as it lies
     // (whole vectors of m), op(B)^T is read by strides.
     const StridedMatrix bt{b, tb ? ldb : 1, tb ? 1 : ldb};
