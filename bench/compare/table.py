@@ -71,10 +71,13 @@ def main():
                  mwms.get("mwms_mlp_samples_per_s"), ddp.get("ddp_mlp_samples_per_s"),
                  "MultiWorkerMirrored, tf.function", "DDP (gloo)", False))
     coll = {r["name"]: r["value"] for r in load(d / "strata-collectives.json").get("results", [])}
+    # strata-bench names the transport: TCP (what torch.distributed's gloo uses between
+    # processes) and shared memory (strata's default for workers on one machine).
     for label, nbytes in (("1 MB", 1 << 20), ("64 MB", 64 << 20)):
-        rows.append((f"all_reduce busbw, 2 processes, {label} (GB/s)", 1,
-                     coll.get(f"cross-process all_reduce x2 {label} busbw"), None,
-                     ddp.get("allreduce_busbw_gbps", {}).get(str(nbytes)), "", "torch.distributed gloo", False))
+        for transport, key in (("TCP", "tcp"), ("shared memory", "shared memory")):
+            rows.append((f"all_reduce busbw, 2 processes, {label}, strata over {transport} (GB/s)", 1,
+                         coll.get(f"cross-process all_reduce x2 {label} {key} busbw"), None,
+                         ddp.get("allreduce_busbw_gbps", {}).get(str(nbytes)), "", "torch.distributed gloo", False))
 
     tf_name = f"TensorFlow {versions.get('tf') or '2.21'} (Keras {versions.get('keras') or '?'})"
     torch_name = f"PyTorch {versions.get('torch') or '2.x'}"

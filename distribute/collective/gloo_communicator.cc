@@ -796,6 +796,11 @@ void GlooCommunicator::all_gather(const Tensor& input, const Tensor& output) {
     }
   }
   if (size_ == 1) return;
+  if (shm_) {
+    const auto until = deadline();
+    run(call, [&] { shm_->all_gather(out, bytes, until); });
+    return;
+  }
   const uint32_t tag = uint32_t(calls_ + 1);
   run(call, [&] {
     gloo::AllgatherOptions opts(context_);
@@ -851,8 +856,13 @@ void GlooCommunicator::reduce_scatter(const Tensor& input, const Tensor& output,
     const CombineFn combine = combine_for(wide, op, "reduce_scatter");
     std::vector<const uint8_t*> send_for(static_cast<size_t>(size_));
     for (int p = 0; p < size_; ++p) send_for[size_t(p)] = src + size_t(p) * part_bytes;
-    run(call,
-        [&] { direct_reduce(send_for.data(), nullptr, mine, dst, part_bytes, element_size, combine, deadline()); });
+    if (shm_) {
+      const auto until = deadline();
+      run(call, [&] { shm_->reduce_scatter(src, dst, part_bytes, element_size, combine, until); });
+    } else {
+      run(call,
+          [&] { direct_reduce(send_for.data(), nullptr, mine, dst, part_bytes, element_size, combine, deadline()); });
+    }
     if (op == ReduceOp::Mean) divide_by(dst, wide, part, size_);
   }
   if (dst != output.raw_data()) detail::convert_elements(dst, wide, output.raw_data(), output.dtype(), part);

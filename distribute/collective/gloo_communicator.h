@@ -82,7 +82,8 @@ struct GlooCommunicatorOptions {
   //  - Gloo's "bcube" (recursive halving-doubling) below ring_min_bytes;
   //  - Gloo's pipelined, bandwidth-optimal "ring" from ring_min_bytes.
   // All of this only over TCP: when the ranks share this machine (comm.shared_memory),
-  // all_reduce goes through shared memory instead, at every size ("shared_memory").
+  // all_reduce goes through shared memory instead, at every size ("shared_memory"), and
+  // so do reduce_scatter and all_gather (ZeRO-1's collectives).
   // -1 (the defaults) picks by group size, from loopback measurements (strata-bench
   // collectives, bench/README.md): with 2 ranks direct up to 512 KB (above it Gloo's own
   // algorithms were faster: the direct exchange measured 0.78-0.94x at 1-4 MB and, with
@@ -130,11 +131,11 @@ class GlooCommunicator final : public Communicator {
   void barrier() override;
 
   // "shared_memory", "direct", "scatter_gather", "bcube" or "ring": the algorithm
-  // all_reduce uses for a
-  // buffer of `bytes` (GlooCommunicatorOptions::direct_max_bytes). reduce_scatter always
-  // runs the direct exchange on each rank's slice.
+  // all_reduce uses for a buffer of `bytes` (GlooCommunicatorOptions::direct_max_bytes).
+  // reduce_scatter runs the direct exchange on each rank's slice over TCP (the same bits
+  // through shared memory); all_gather, Gloo's allgather over TCP.
   const char* allreduce_algorithm(int64_t bytes) const;
-  // Whether all_reduce goes through shared memory, and if not although
+  // Whether the collectives go through shared memory, and if not although
   // comm.shared_memory asked for it, why (another machine, no /dev/shm, ...).
   bool uses_shared_memory() const { return shm_ != nullptr; }
   const std::string& shared_memory_unavailable() const { return shm_unavailable_; }

@@ -272,7 +272,7 @@ void SharedMemoryGroup::abort() {
 
 void SharedMemoryGroup::fail_wait(const char* what, uint64_t target, const std::string& cause) const {
   std::ostringstream os;
-  os << "shared-memory all_reduce: rank " << rank_ << " of " << size_ << " waiting for every rank to have " << what
+  os << "shared-memory " << op_ << ": rank " << rank_ << " of " << size_ << " waiting for every rank to have " << what
      << " round " << target << ": " << cause;
   throw std::runtime_error(os.str());
 }
@@ -323,6 +323,24 @@ void SharedMemoryGroup::wait_for_all(uint64_t RankState::*field, uint64_t target
   }
 }
 
+uint64_t SharedMemoryGroup::begin_round(const char* op, Clock::time_point deadline) {
+  op_ = op;
+  const uint64_t round = round_ + 1;
+  // The slot of this parity was last read in round - 2.
+  if (round > 2) wait_for_all(&RankState::done, round - 2, deadline);
+  return round;
+}
+
+void SharedMemoryGroup::arrive(uint64_t round, Clock::time_point deadline) {
+  publish(&RankState::arrived, round);
+  wait_for_all(&RankState::arrived, round, deadline);
+}
+
+void SharedMemoryGroup::finish(uint64_t round) {
+  publish(&RankState::done, round);
+  round_ = round;
+}
+
 void SharedMemoryGroup::all_reduce(void* data, size_t bytes, size_t element_size, Combine combine,
                                    Clock::time_point deadline) {
   STRATA_CHECK(element_size > 0 && chunk_bytes_ % element_size == 0 && bytes % element_size == 0,
@@ -331,18 +349,53 @@ void SharedMemoryGroup::all_reduce(void* data, size_t bytes, size_t element_size
   auto* out = static_cast<uint8_t*>(data);
   for (size_t offset = 0; offset < bytes; offset += chunk_bytes_) {
     const size_t length = std::min(chunk_bytes_, bytes - offset);
-    const uint64_t round = round_ + 1;
-    // The slot of this parity was last read in round - 2.
-    if (round > 2) wait_for_all(&RankState::done, round - 2, deadline);
+    const uint64_t round = begin_round("all_reduce", deadline);
     std::memcpy(slot(rank_, round), out + offset, length);
-    publish(&RankState::arrived, round);
-    wait_for_all(&RankState::arrived, round, deadline);
+    arrive(round, deadline);
     const size_t n = length / element_size;
     uint8_t* o = out + offset;
     combine(o, slot(0, round), slot(1, round), n);
     for (int q = 2; q < size_; ++q) combine(o, o, slot(q, round), n);
-    publish(&RankState::done, round);
-    round_ = round;
+    finish(round);
+  }
+}
+
+void SharedMemoryGroup::reduce_scatter(const void* input, void* output, size_t part_bytes, size_t element_size,
+                                       Combine combine, Clock::time_point deadline) {
+  // A piece of every rank's part fits one slot: size() pieces of whole elements.
+  const size_t piece = element_size == 0 ? 0 : chunk_bytes_ / size_t(size_) / element_size * element_size;
+  STRATA_CHECK(piece > 0 && part_bytes % element_size == 0, "SharedMemoryGroup::reduce_scatter: parts of ",
+               part_bytes, " bytes are not whole elements of ", element_size, " bytes, or ", size_,
+               " pieces do not fit chunks of ", chunk_bytes_);
+  const auto* in = static_cast<const uint8_t*>(input);
+  auto* out = static_cast<uint8_t*>(output);
+  for (size_t offset = 0; offset < part_bytes; offset += piece) {
+    const size_t length = std::min(piece, part_bytes - offset);
+    const uint64_t round = begin_round("reduce_scatter", deadline);
+    uint8_t* staged = slot(rank_, round);
+    for (int p = 0; p < size_; ++p) std::memcpy(staged + size_t(p) * length, in + size_t(p) * part_bytes + offset, length);
+    arrive(round, deadline);
+    // Every rank's piece of this rank's part.
+    const auto piece_of = [&](int q) { return slot(q, round) + size_t(rank_) * length; };
+    const size_t n = length / element_size;
+    uint8_t* o = out + offset;
+    combine(o, piece_of(0), piece_of(1), n);
+    for (int q = 2; q < size_; ++q) combine(o, o, piece_of(q), n);
+    finish(round);
+  }
+}
+
+void SharedMemoryGroup::all_gather(void* output, size_t part_bytes, Clock::time_point deadline) {
+  auto* out = static_cast<uint8_t*>(output);
+  const uint8_t* own = out + size_t(rank_) * part_bytes;
+  for (size_t offset = 0; offset < part_bytes; offset += chunk_bytes_) {
+    const size_t length = std::min(chunk_bytes_, part_bytes - offset);
+    const uint64_t round = begin_round("all_gather", deadline);
+    std::memcpy(slot(rank_, round), own + offset, length);
+    arrive(round, deadline);
+    for (int q = 0; q < size_; ++q)
+      if (q != rank_) std::memcpy(out + size_t(q) * part_bytes + offset, slot(q, round), length);
+    finish(round);
   }
 }
 

@@ -1,6 +1,6 @@
 // SharedMemoryGroup: the ranks of a multi-process group that run on one machine, joined
-// by one POSIX shared-memory segment, so that all_reduce moves its bytes with memcpy
-// instead of through the kernel's loopback TCP stack.
+// by one POSIX shared-memory segment, so that all_reduce, reduce_scatter and all_gather
+// move their bytes with memcpy instead of through the kernel's loopback TCP stack.
 //
 // Why: with workers on one machine (one process per core or NUMA node, the common
 // single-host multi-process job), Gloo's TCP transport spends most of a small
@@ -75,6 +75,15 @@ class SharedMemoryGroup {
   // Reduces `data` (bytes, whole elements of element_size) in place across the ranks, in
   // rank order. Throws std::runtime_error (see above) by `deadline` at the latest.
   void all_reduce(void* data, size_t bytes, size_t element_size, Combine combine, Clock::time_point deadline);
+  // `input` holds size() parts of part_bytes; `output` (part_bytes, not overlapping the
+  // input) gets this rank's part reduced across the ranks: part rank() of rank 0's input,
+  // combined with rank 1's, ... in rank order (the bits of all_reduce and of Gloo's direct
+  // exchange). Each round stages a piece of every part, so a rank reads only its own.
+  void reduce_scatter(const void* input, void* output, size_t part_bytes, size_t element_size, Combine combine,
+                      Clock::time_point deadline);
+  // `output` holds size() parts of part_bytes, this rank's already in place at rank() *
+  // part_bytes; every other rank's part is copied into its place.
+  void all_gather(void* output, size_t part_bytes, Clock::time_point deadline);
   // Fails every rank's current and later waits. Safe from any thread.
   void abort();
 
@@ -89,6 +98,13 @@ class SharedMemoryGroup {
   static RankState* state_in(void* base, int rank);  // rank's state in a mapped segment
   RankState& state(int rank) const;
   uint8_t* slot(int rank, uint64_t round) const;
+  // A round: begin_round waits until this rank's slot for the next round is free again
+  // (every peer has read the round before last) and returns the round; arrive publishes
+  // that the slot is staged and waits for every peer's; finish publishes that this rank
+  // has read them.
+  uint64_t begin_round(const char* op, Clock::time_point deadline);
+  void arrive(uint64_t round, Clock::time_point deadline);
+  void finish(uint64_t round);
   void publish(uint64_t RankState::*field, uint64_t value);
   void wake_all();
   void wait_for_all(uint64_t RankState::*field, uint64_t target, Clock::time_point deadline);
@@ -100,6 +116,7 @@ class SharedMemoryGroup {
   void* base_;
   size_t mapped_bytes_;
   uint64_t round_ = 0;  // rounds completed by this rank (the same on every rank between calls)
+  const char* op_ = "all_reduce";  // the collective under way, for errors
   std::atomic<bool> aborted_here_{false};
 };
 

@@ -11,46 +11,17 @@
 #include <strata/kernels/cpu/gemm.h>
 #include <strata/kernels/cpu/gemm_split.h>
 #include <strata/kernels/cpu/loops.h>
+#include <strata/kernels/matmul_operand.h>
 
 namespace strata::cpu_kernels {
 
 namespace {
 
-struct Operand {
-  Tensor t;            // possibly a contiguous copy of the input
-  bool trans = false;  // stored layout transposed relative to row-major
-  int64_t ld = 0;
-  Strides batch_strides;  // broadcast to the output's batch shape
-};
+using Operand = kernels::MatmulOperand;
 
-// Prepares X [..., R, C] for BLAS.
+// Prepares X [..., R, C] for BLAS (kernels/matmul_operand.h).
 Operand prepare(const Tensor& x, const Shape& batch) {
-  Operand op;
-  op.t = x;
-  auto layout_ok = [&](const Tensor& t) {
-    const int64_t r = t.dim(-2), c = t.dim(-1);
-    const int64_t sr = t.strides()[size_t(t.ndim() - 2)], sc = t.strides()[size_t(t.ndim() - 1)];
-    if (sc == 1 && sr >= std::max<int64_t>(c, 1)) {
-      op.trans = false;
-      op.ld = std::max<int64_t>(sr, 1);
-      return true;
-    }
-    if (sr == 1 && sc >= std::max<int64_t>(r, 1) && c > 1) {
-      op.trans = true;
-      op.ld = sc;
-      return true;
-    }
-    return false;
-  };
-  if (!layout_ok(op.t)) {
-    op.t = contiguous_copy(x);
-    op.trans = false;
-    op.ld = std::max<int64_t>(op.t.dim(-1), 1);
-  }
-  Shape xb(op.t.shape().begin(), op.t.shape().end() - 2);
-  Strides xs(op.t.strides().begin(), op.t.strides().end() - 2);
-  op.batch_strides = broadcast_strides(xb, xs, batch);
-  return op;
+  return kernels::prepare_matmul_operand(x, batch, [](const Tensor& t) { return contiguous_copy(t); });
 }
 
 // C = op(A) op(B): gemm.h for float/double, a plain loop for integers.

@@ -43,6 +43,7 @@
 #include <strata/kernels/cuda/launch.h>
 #include <strata/kernels/cuda/library.h>
 #include <strata/kernels/cuda/settings.h>
+#include <strata/kernels/matmul_operand.h>
 
 namespace strata::cuda_kernels {
 
@@ -96,43 +97,13 @@ Types types_for(DType dt) {
 
 // ---- operands ----
 
-// One operand as the CPU's `prepare` sees it: a matrix S stored row-major with leading
-// dimension ld (S = X, or X^T when X's last two axes are column-major), batch strides
-// broadcast to the output's batch shape.
-struct Operand {
-  Tensor t;
-  bool trans = false;  // S = X^T
-  int64_t ld = 0;
-  Strides batch_strides;
-};
+// One operand as the CPU sees it (kernels/matmul_operand.h): a matrix S stored row-major
+// with leading dimension ld (S = X, or X^T when X's last two axes are column-major), batch
+// strides broadcast to the output's batch shape.
+using Operand = kernels::MatmulOperand;
 
 Operand prepare(const Tensor& x, const Shape& batch) {
-  Operand op;
-  op.t = x;
-  auto layout_ok = [&](const Tensor& t) {
-    const int64_t r = t.dim(-2), c = t.dim(-1);
-    const int64_t sr = t.strides()[size_t(t.ndim() - 2)], sc = t.strides()[size_t(t.ndim() - 1)];
-    if (sc == 1 && sr >= std::max<int64_t>(c, 1)) {
-      op.trans = false;
-      op.ld = std::max<int64_t>(sr, 1);
-      return true;
-    }
-    if (sr == 1 && sc >= std::max<int64_t>(r, 1) && c > 1) {
-      op.trans = true;
-      op.ld = sc;
-      return true;
-    }
-    return false;
-  };
-  if (!layout_ok(op.t)) {
-    op.t = contiguous_on_device(x);
-    op.trans = false;
-    op.ld = std::max<int64_t>(op.t.dim(-1), 1);
-  }
-  Shape xb(op.t.shape().begin(), op.t.shape().end() - 2);
-  Strides xs(op.t.strides().begin(), op.t.strides().end() - 2);
-  op.batch_strides = broadcast_strides(xb, xs, batch);
-  return op;
+  return kernels::prepare_matmul_operand(x, batch, [](const Tensor& t) { return contiguous_on_device(t); });
 }
 
 // ---- one cuBLASLt call and its cached algorithm ----

@@ -339,68 +339,146 @@ TEST_CASE("Gloo broadcast from every root, any dtype", "[gloo]") {
   }
 }
 
-TEST_CASE("Gloo all_gather concatenates along axis 0", "[gloo]") {
-  if (skip_without_gloo()) return;
-  for (int size : {2, 3, 4}) {
-    require_all_ok(run_group({size}, [](int rank, Communicator& comm) -> std::string {
-      const int n = comm.size();
-      Tensor in = filled(rank, {3, 2}, kFloat32);
-      Tensor out = Tensor::empty({3 * n, 2}, kFloat32);
-      comm.all_gather(in, out);
-      const auto got = out.to_vector<double>();
-      for (int r = 0; r < n; ++r)
-        for (int i = 0; i < 6; ++i)
-          if (got[size_t(r * 6 + i)] != value_at(r, i)) return "all_gather [3,2]";
-      // Scalars gather into a vector; an input that is its own slot of the output works.
-      Tensor s = Tensor::scalar(double(rank * 10), kInt32);
-      Tensor vec = Tensor::empty({n}, kInt32);
-      comm.all_gather(s, vec);
-      for (int r = 0; r < n; ++r)
-        if (vec.to_vector<int32_t>()[size_t(r)] != r * 10) return "all_gather scalars";
-      Tensor whole = Tensor::from_vector(std::vector<int64_t>(size_t(n), int64_t(-1)));
-      whole.slice(0, rank, rank + 1).copy_(Tensor::from_vector(std::vector<int64_t>{int64_t(rank + 100)}));
-      comm.all_gather(whole.slice(0, rank, rank + 1), whole);
-      for (int r = 0; r < n; ++r)
-        if (whole.to_vector<int64_t>()[size_t(r)] != r + 100) return "in-place all_gather";
-      return {};
-    }));
+// Sets comm.shared_memory and checks that the communicator took that path: the
+// collectives run over TCP and through shared memory, with the same results.
+GroupSpec spec_over(int size, bool shared) {
+  GroupSpec spec{size};
+  spec.tweak = [shared](GlooCommunicatorOptions& o) { o.comm.shared_memory = shared; };
+  return spec;
+}
+
+std::string check_path(Communicator& comm, bool shared) {
+#ifdef STRATA_HAS_GLOO
+  auto& gc = dynamic_cast<GlooCommunicator&>(comm);
+  if (gc.uses_shared_memory() != shared) return "shared memory in use: " + gc.shared_memory_unavailable();
+#endif
+  (void)comm, (void)shared;
+  return {};
+}
+
+// Runs `fn` on a group of each size, over TCP and then through shared memory.
+template <typename Fn>
+void run_over_tcp_and_shared_memory(std::initializer_list<int> sizes, Fn fn) {
+  for (bool shared : {false, true}) {
+    for (int size : sizes) {
+      INFO("ranks: " << size << (shared ? ", shared memory" : ", TCP"));
+      require_all_ok(run_group(spec_over(size, shared), [&](int rank, Communicator& comm) -> std::string {
+        if (auto r = check_path(comm, shared); !r.empty()) return r;
+        return fn(rank, comm);
+      }));
+    }
   }
 }
 
-TEST_CASE("Gloo reduce_scatter leaves each rank its reduced slice", "[gloo]") {
+TEST_CASE("Gloo all_gather concatenates along axis 0, over TCP and through shared memory", "[gloo]") {
   if (skip_without_gloo()) return;
-  for (int size : {2, 3, 4}) {
-    require_all_ok(run_group({size}, [](int rank, Communicator& comm) -> std::string {
-      const int n = comm.size();
-      for (DType dtype : {kFloat32, kInt64, kFloat16}) {
-        for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Min}) {
-          Tensor in = filled(rank, {4 * n, 3}, dtype);
-          const auto before = in.to_vector<double>();
-          Tensor out = Tensor::empty({4, 3}, dtype);
-          comm.reduce_scatter(in, out, op);
-          const auto got = out.to_vector<double>();
-          for (int64_t i = 0; i < 12; ++i)
-            if (got[size_t(i)] != expected(op, n, rank * 12 + i, dtype))
-              return std::string("reduce_scatter ") + op_str(op) + " " + dtype_name(dtype);
-          if (in.to_vector<double>() != before) return "reduce_scatter modified its input";
-        }
+  run_over_tcp_and_shared_memory({2, 3, 4}, [](int rank, Communicator& comm) -> std::string {
+    const int n = comm.size();
+    Tensor in = filled(rank, {3, 2}, kFloat32);
+    Tensor out = Tensor::empty({3 * n, 2}, kFloat32);
+    comm.all_gather(in, out);
+    const auto got = out.to_vector<double>();
+    for (int r = 0; r < n; ++r)
+      for (int i = 0; i < 6; ++i)
+        if (got[size_t(r * 6 + i)] != value_at(r, i)) return "all_gather [3,2]";
+    // Scalars gather into a vector; an input that is its own slot of the output works.
+    Tensor s = Tensor::scalar(double(rank * 10), kInt32);
+    Tensor vec = Tensor::empty({n}, kInt32);
+    comm.all_gather(s, vec);
+    for (int r = 0; r < n; ++r)
+      if (vec.to_vector<int32_t>()[size_t(r)] != r * 10) return "all_gather scalars";
+    Tensor whole = Tensor::from_vector(std::vector<int64_t>(size_t(n), int64_t(-1)));
+    whole.slice(0, rank, rank + 1).copy_(Tensor::from_vector(std::vector<int64_t>{int64_t(rank + 100)}));
+    comm.all_gather(whole.slice(0, rank, rank + 1), whole);
+    for (int r = 0; r < n; ++r)
+      if (whole.to_vector<int64_t>()[size_t(r)] != r + 100) return "in-place all_gather";
+    // Parts larger than a shared-memory round (1 MB), of an odd number of bytes.
+    const int64_t count = 1500001;
+    const auto flag = [](int64_t i, int r) { return (i * 31 + r * 7) % 3 == 0; };
+    std::vector<bool> part(static_cast<size_t>(count));
+    for (int64_t i = 0; i < count; ++i) part[size_t(i)] = flag(i, rank);
+    Tensor flags_out = Tensor::empty({count * n}, kBool);
+    comm.all_gather(Tensor::from_vector(part), flags_out);
+    const bool* got_flags = flags_out.data<bool>();
+    for (int r = 0; r < n; ++r)
+      for (int64_t i = 0; i < count; ++i)
+        if (got_flags[r * count + i] != flag(i, r))
+          return "large all_gather: rank " + std::to_string(r) + "'s element " + std::to_string(i);
+    return {};
+  });
+}
+
+TEST_CASE("Gloo reduce_scatter leaves each rank its reduced slice, over TCP and through shared memory", "[gloo]") {
+  if (skip_without_gloo()) return;
+  run_over_tcp_and_shared_memory({2, 3, 4}, [](int rank, Communicator& comm) -> std::string {
+    const int n = comm.size();
+    for (DType dtype : {kFloat32, kInt64, kFloat16}) {
+      for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Min}) {
+        Tensor in = filled(rank, {4 * n, 3}, dtype);
+        const auto before = in.to_vector<double>();
+        Tensor out = Tensor::empty({4, 3}, dtype);
+        comm.reduce_scatter(in, out, op);
+        const auto got = out.to_vector<double>();
+        for (int64_t i = 0; i < 12; ++i)
+          if (got[size_t(i)] != expected(op, n, rank * 12 + i, dtype))
+            return std::string("reduce_scatter ") + op_str(op) + " " + dtype_name(dtype);
+        if (in.to_vector<double>() != before) return "reduce_scatter modified its input";
       }
-      // Several segments per slice; then an output that is a slice of the input itself.
-      const int64_t rows = 300001;
-      Tensor big = filled(rank, {rows * n}, kFloat32);
-      Tensor mine = Tensor::empty({rows}, kFloat32);
-      comm.reduce_scatter(big, mine, ReduceOp::Sum);
-      const auto got = mine.to_vector<double>();
-      for (int64_t i = 0; i < rows; ++i)
-        if (got[size_t(i)] != expected(ReduceOp::Sum, n, rank * rows + i, kFloat32)) return "large reduce_scatter";
-      Tensor whole = filled(rank, {4 * n, 3}, kFloat32);
-      comm.reduce_scatter(whole, whole.slice(0, 0, 4), ReduceOp::Max);
-      const auto head = whole.slice(0, 0, 4).to_vector<double>();
-      for (int64_t i = 0; i < 12; ++i)
-        if (head[size_t(i)] != expected(ReduceOp::Max, n, rank * 12 + i, kFloat32))
-          return "reduce_scatter into a slice of its input";
-      return {};
-    }));
+    }
+    // Several segments per slice; then an output that is a slice of the input itself.
+    const int64_t rows = 300001;
+    Tensor big = filled(rank, {rows * n}, kFloat32);
+    Tensor mine = Tensor::empty({rows}, kFloat32);
+    comm.reduce_scatter(big, mine, ReduceOp::Sum);
+    const auto got = mine.to_vector<double>();
+    for (int64_t i = 0; i < rows; ++i)
+      if (got[size_t(i)] != expected(ReduceOp::Sum, n, rank * rows + i, kFloat32)) return "large reduce_scatter";
+    Tensor whole = filled(rank, {4 * n, 3}, kFloat32);
+    comm.reduce_scatter(whole, whole.slice(0, 0, 4), ReduceOp::Max);
+    const auto head = whole.slice(0, 0, 4).to_vector<double>();
+    for (int64_t i = 0; i < 12; ++i)
+      if (head[size_t(i)] != expected(ReduceOp::Max, n, rank * 12 + i, kFloat32))
+        return "reduce_scatter into a slice of its input";
+    return {};
+  });
+}
+
+TEST_CASE("Gloo reduce_scatter sums in rank order over TCP and through shared memory: the bits of all_reduce",
+          "[gloo]") {
+  if (skip_without_gloo()) return;
+  // Values whose float sums depend on the order of addition; parts of several
+  // shared-memory rounds (each round stages a piece of every rank's part).
+  const int64_t part = 700003;
+  auto values = [part](int rank, int size) {
+    std::vector<float> v(static_cast<size_t>(part * size));
+    for (size_t i = 0; i < v.size(); ++i)
+      v[i] = float(std::pow(10.0, double((int64_t(i) * 7 + rank * 3) % 13) - 6.0)) * (i % 2 ? 1.0f : -1.0f);
+    return v;
+  };
+  for (bool shared : {false, true}) {
+    for (int size : {2, 3}) {
+      INFO("ranks: " << size << (shared ? ", shared memory" : ", TCP"));
+      std::vector<float> want = values(0, size);
+      for (int r = 1; r < size; ++r) {
+        const auto v = values(r, size);
+        for (size_t i = 0; i < want.size(); ++i) want[i] += v[i];
+      }
+      require_all_ok(run_group(spec_over(size, shared), [&](int rank, Communicator& comm) -> std::string {
+        if (auto r = check_path(comm, shared); !r.empty()) return r;
+        Tensor out = Tensor::empty({part}, kFloat32);
+        for (int call = 0; call < 2; ++call) {  // the slots are reused by the second call
+          comm.reduce_scatter(Tensor::from_vector(values(rank, size)), out, ReduceOp::Sum);
+          if (std::memcmp(out.data<float>(), want.data() + rank * part, size_t(part) * sizeof(float)) != 0)
+            return "call " + std::to_string(call) + " differs from the rank-order sum";
+        }
+        // And an all_reduce afterwards still agrees (the rounds stay in step).
+        Tensor whole = Tensor::from_vector(values(rank, size));
+        comm.all_reduce(whole, ReduceOp::Sum);
+        if (std::memcmp(whole.data<float>(), want.data(), want.size() * sizeof(float)) != 0)
+          return "all_reduce after reduce_scatter differs";
+        return {};
+      }));
+    }
   }
 }
 
