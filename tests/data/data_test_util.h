@@ -11,6 +11,7 @@
 
 #include <strata/data/dataset.h>
 #include "tests/test_util.h"
+#include "tests/temp_dir.h"  // TempDir
 
 namespace strata::testing {
 
@@ -65,27 +66,6 @@ inline std::vector<int64_t> iota(int64_t begin, int64_t end) {
   for (int64_t i = begin; i < end; ++i) v.push_back(i);
   return v;
 }
-
-// A fresh temporary directory, removed when the object dies.
-class TempDir {
- public:
-  TempDir() {
-    static int counter = 0;
-    path_ = std::filesystem::temp_directory_path() /
-            ("strata_data_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
 
 inline void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);

@@ -78,7 +78,7 @@ TEST_CASE("MNIST IDX files load, gzip-compressed or raw", "[data][mnist]") {
   auto fake = fake_mnist(5);
   write_bytes(dir.file("t10k-images-idx3-ubyte"), fake.images);
   write_bytes(dir.file("t10k-labels-idx1-ubyte.gz"), gzip(fake.labels));
-  auto arrays = data::read_mnist(dir.path().string(), data::Split::Test);
+  auto arrays = data::read_mnist(dir.path.string(), data::Split::Test);
   CHECK(arrays.features.shape() == Shape{5, 28, 28, 1});
   CHECK(arrays.features.dtype() == kFloat32);
   CHECK(arrays.labels.shape() == Shape{5});
@@ -89,7 +89,7 @@ TEST_CASE("MNIST IDX files load, gzip-compressed or raw", "[data][mnist]") {
   CHECK(px[784 * 2 + 5] == Approx(float((2 * 31 + 5) % 256) / 255.0f));
   CHECK(*std::max_element(px.begin(), px.end()) == 1.0f);
 
-  auto ds = data::mnist(dir.path().string(), data::Split::Test);
+  auto ds = data::mnist(dir.path.string(), data::Split::Test);
   CHECK(ds.cardinality() == 5);
   auto batch = *ds.batch(4).make_iterator().next();
   CHECK(batch[0].shape() == Shape{4, 28, 28, 1});
@@ -101,7 +101,7 @@ TEST_CASE("MNIST IDX files load, gzip-compressed or raw", "[data][mnist]") {
   CHECK_THROWS_WITH(arrays.slice(3, 6), Catch::Contains("outside [0, 5)"));
 
   // The train split is absent here: the error lists what it looked for.
-  CHECK_THROWS_WITH(data::mnist(dir.path().string(), data::Split::Train),
+  CHECK_THROWS_WITH(data::mnist(dir.path.string(), data::Split::Train),
                     Catch::Contains("train-images-idx3-ubyte.gz") && Catch::Contains("no MNIST file"));
 }
 

@@ -21,6 +21,7 @@
 #include <strata/distribute/distributed_file_utils.h>
 #include <strata/distribute/multi_worker_mirrored_strategy.h>
 #include "mwms_model.h"
+#include "tests/temp_dir.h"
 
 using namespace strata;
 using namespace strata::distribute;
@@ -45,17 +46,7 @@ strata::testing::ProcessResult launch(int workers, int replicas, const std::vect
 
 using strata::testing::lines_with;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    char tmpl[] = "/tmp/strata_mwms_XXXXXX";
-    path = ::mkdtemp(tmpl);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using strata::testing::TempDir;
 
 std::vector<double> read_numbers(const fs::path& file) {
   std::ifstream in(file);

@@ -16,23 +16,14 @@
 #include "child_process.h"
 #include <strata/distribute/collective/gloo_communicator.h>
 #include "tests/train/checkpoint_compare.h"
+#include "tests/temp_dir.h"
 
 using namespace strata;
 namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    char tmpl[] = "/tmp/strata_zero_mw_XXXXXX";
-    path = ::mkdtemp(tmpl);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using strata::testing::TempDir;
 
 // strata-train under strata-launch: 2 workers x 2 replicas, Adam, up to `steps` (resuming
 // what `model_dir` holds); returns the chief's report.

@@ -22,6 +22,7 @@
 #include "tests/distribute/equivalence_helpers.h"
 #include "tests/distribute/strategy_cases.h"
 #include "tests/train/checkpoint_compare.h"
+#include "tests/temp_dir.h"
 
 using namespace strata;
 using namespace strata::distribute;
@@ -135,17 +136,7 @@ std::unique_ptr<Strategy> make(const Case& c, bool shard) {
   return make_strategy(c.name, o);
 }
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    char tmpl[] = "/tmp/strata_zero_XXXXXX";
-    path = ::mkdtemp(tmpl);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using strata::testing::TempDir;
 
 // An optimizer whose update is not elementwise: scales each step by the gradient's norm.
 class NormalizedSGDImpl final : public optim::OptimizerImpl {

@@ -27,27 +27,13 @@
 #include <strata/train/losses.h>
 #include <strata/train/metrics.h>
 #include <strata/train/nn/nn.h>
+#include "tests/temp_dir.h"
 
 namespace strata::testing::orbit {
 
 namespace fs = std::filesystem;
 
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& tag) {
-    static std::atomic<int> counter{0};
-    path = fs::temp_directory_path() /
-           ("strata_orbit_" + tag + "_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-};
+using strata::testing::TempDir;
 
 inline std::unique_ptr<distribute::Strategy> make(const std::string& name, int replicas = 0) {
   distribute::StrategyOptions o;

@@ -22,6 +22,7 @@
 #include <strata/train/metrics.h>
 #include <strata/train/nn/nn.h>
 #include <strata/train/sgd.h>
+#include "tests/temp_dir.h"
 
 using namespace strata;
 using namespace strata::train;
@@ -31,20 +32,7 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("strata_train_ckpt_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using strata::testing::TempDir;
 
 std::string host_bytes(const Tensor& t) {
   std::string out(t.nbytes(), '\0');

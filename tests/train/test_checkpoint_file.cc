@@ -18,6 +18,7 @@
 #include <strata/train/atomic_file.h>
 #include <strata/train/checkpoint_file.h>
 #include <strata/train/crc32c.h>
+#include "tests/temp_dir.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -26,21 +27,7 @@ using namespace strata::train;
 
 namespace {
 
-// A fresh directory removed at scope exit.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("strata_ckpt_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using strata::testing::TempDir;
 
 std::string read_bytes(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);

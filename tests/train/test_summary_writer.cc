@@ -17,6 +17,7 @@
 
 #include "tests/test_util.h"
 #include <strata/train/summary_writer.h>
+#include "tests/temp_dir.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -25,20 +26,7 @@ using namespace strata::train;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("strata_summary_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using strata::testing::TempDir;
 
 std::string read_bytes(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
