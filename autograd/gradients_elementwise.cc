@@ -29,7 +29,7 @@ Grads unary_vjp(const GradContext& c, const Tensor& g) {
     case OpId::Cos: return {-(g * sin(x))};
     case OpId::Tanh: return {g * (1.0 - square(y(c)))};
     case OpId::Sigmoid: return {g * y(c) * (1.0 - y(c))};
-    case OpId::Relu: return {where(greater(x, zero_like_scalar(x)), g, zero_like_scalar(g))};
+    case OpId::Relu: return {relu_grad(x, g)};  // one pass: no bool mask, no select
     case OpId::Softplus: return {g * sigmoid(x)};
     case OpId::Erf: return {g * (2.0 / std::sqrt(M_PI)) * exp(-square(x))};
     case OpId::Gelu:
@@ -79,6 +79,9 @@ Grads binary_vjp(const GradContext& c, const Tensor& g) {
       Tensor gb = g * c.output * safe_log;
       return {unbroadcast(ga, sa), unbroadcast(gb, sb)};
     }
+    case OpId::ReluGrad:
+      // Piecewise constant in x (TensorFlow's ReluGradGrad): zero there; linear in g.
+      return {c.wants(0) ? zeros_like(a) : Tensor(), c.wants(1) ? unbroadcast(relu_grad(a, g), sb) : Tensor()};
     case OpId::Maximum:
     case OpId::Minimum: {
       // Ties send the gradient to the first operand (TensorFlow's convention).
@@ -117,7 +120,7 @@ void register_elementwise_gradients() {
   for (OpId op : {OpId::Add, OpId::Sub}) {
     register_gradient(op, GradientDef{binary_vjp, /*needs_inputs=*/false});
   }
-  for (OpId op : {OpId::Mul, OpId::Div, OpId::Maximum, OpId::Minimum}) {
+  for (OpId op : {OpId::Mul, OpId::Div, OpId::Maximum, OpId::Minimum, OpId::ReluGrad}) {
     register_gradient(op, GradientDef{binary_vjp, /*needs_inputs=*/true});
   }
   register_gradient(OpId::Pow, GradientDef{binary_vjp, true, /*needs_output=*/true});

@@ -228,8 +228,9 @@ void add_elementwise(std::vector<Result>& out, const Options& o, int64_t n, int 
   const std::string sz = std::to_string(n >> 20) + "M";
   const std::string add_name = "add f32 " + sz, mul_name = "mul f32 " + sz, sum_name = "sum f32 " + sz;
   const std::string gelu_name = "gelu f32 " + sz, gelu_tanh_name = "gelu (tanh) f32 " + sz;
+  const std::string relu_grad_name = "relu_grad f32 " + sz;
   if (!o.selects(add_name) && !o.selects(mul_name) && !o.selects(sum_name) && !o.selects(gelu_name) &&
-      !o.selects(gelu_tanh_name)) {
+      !o.selects(gelu_tanh_name) && !o.selects(relu_grad_name)) {
     return;
   }
   Tensor a = randn({n}, 3), b = randn({n}, 4);
@@ -261,6 +262,26 @@ void add_elementwise(std::vector<Result>& out, const Options& o, int64_t n, int 
       out.push_back({"ops", mul_name, bytes3 / t_mul.median_s / 1e9, "GB/s", t_mul.spread(), "plain loop c=a+b",
                      bytes3 / loop_add.median_s / 1e9});
     }
+  }
+  // relu's gradient (g where x > 0, else 0) against the same select in a plain loop; the
+  // composite it replaced in relu's backward (a bool mask, then a select) is printed after.
+  if (o.selects(relu_grad_name)) {
+    Timing loop = time_it([&] {
+      plain([&](int64_t s, int64_t e) {
+        // Restrict-qualified, so that the compiler vectorises the select instead of a
+        // branch on the sign of random data.
+        float* __restrict pc = c.data();
+        const float* __restrict x = pa;
+        const float* __restrict g = pb;
+        for (int64_t i = s; i < e; ++i) pc[i] = x[i] > 0.0f ? g[i] : 0.0f;
+      });
+    }, reps);
+    Timing fused = time_it([&] { relu_grad(a, b); }, reps);
+    const Tensor zero = Tensor::scalar(0.0, kFloat32);
+    Timing composite = time_it([&] { where(greater(a, zero), b, zero); }, reps);
+    out.push_back({"ops", relu_grad_name, bytes3 / fused.median_s / 1e9, "GB/s", fused.spread(),
+                   "plain loop c = a > 0 ? b : 0", bytes3 / loop.median_s / 1e9, false,
+                   {{"where_greater_gbps", bytes3 / composite.median_s / 1e9}}});
   }
   // gelu against memcpy of the same bytes (read n floats, write n), in alternating rounds.
   auto memcpy_all = [&] {

@@ -41,6 +41,7 @@ namespace strata {
   X(Pow, "pow", Binary)                              \
   X(Maximum, "maximum", Binary)                      \
   X(Minimum, "minimum", Binary)                      \
+  X(ReluGrad, "relu_grad", Binary)                   \
   X(Equal, "equal", Binary)                          \
   X(NotEqual, "not_equal", Binary)                   \
   X(Less, "less", Binary)                            \

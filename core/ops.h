@@ -69,6 +69,9 @@ Tensor div(const Tensor& a, const Tensor& b);
 Tensor pow(const Tensor& a, const Tensor& b);
 Tensor maximum(const Tensor& a, const Tensor& b);
 Tensor minimum(const Tensor& a, const Tensor& b);
+// relu's gradient in one pass: g where x > 0, else 0 (a NaN x gives 0, as the select
+// where(x > 0, g, 0) does; TensorFlow's ReluGrad). Broadcasts like the other binary ops.
+Tensor relu_grad(const Tensor& x, const Tensor& g);
 Tensor equal(const Tensor& a, const Tensor& b);
 Tensor not_equal(const Tensor& a, const Tensor& b);
 Tensor less(const Tensor& a, const Tensor& b);

@@ -101,6 +101,7 @@ Tensor mul(const Tensor& a, const Tensor& b) { return binary(OpId::Mul, a, b, Bi
 Tensor div(const Tensor& a, const Tensor& b) { return binary(OpId::Div, a, b, BinaryKind::FloatOnly); }
 Tensor pow(const Tensor& a, const Tensor& b) { return binary(OpId::Pow, a, b, BinaryKind::FloatOnly); }
 Tensor maximum(const Tensor& a, const Tensor& b) { return binary(OpId::Maximum, a, b, BinaryKind::Arithmetic); }
+Tensor relu_grad(const Tensor& x, const Tensor& g) { return binary(OpId::ReluGrad, x, g, BinaryKind::Arithmetic); }
 Tensor minimum(const Tensor& a, const Tensor& b) { return binary(OpId::Minimum, a, b, BinaryKind::Arithmetic); }
 Tensor equal(const Tensor& a, const Tensor& b) { return binary(OpId::Equal, a, b, BinaryKind::Compare); }
 Tensor not_equal(const Tensor& a, const Tensor& b) { return binary(OpId::NotEqual, a, b, BinaryKind::Compare); }

@@ -301,6 +301,12 @@ void arithmetic(OpId op, const Tensor& a, const Tensor& b, const Tensor& out) {
       return binary_loop<T, T>(a, b, out, kCheap, [](const auto& x, const auto& y) {
         return x.binaryExpr(y, [](C u, C v) { return (is_nan(u) || u < v) ? u : (is_nan(v) ? v : (u == v ? u : v)); });
       });
+    case OpId::ReluGrad:
+      // A select, not g * (x > 0): where x <= 0 (or is NaN) the result is 0 even for an
+      // infinite or NaN g.
+      return binary_loop<T, T>(a, b, out, kCheap, [](const auto& x, const auto& y) {
+        return x.binaryExpr(y, [](C u, C v) { return u > C(0) ? v : C(0); });
+      });
     case OpId::Equal: return binary_loop<T, bool>(a, b, out, kCheap, [](const auto& x, const auto& y) { return x == y; });
     case OpId::NotEqual: return binary_loop<T, bool>(a, b, out, kCheap, [](const auto& x, const auto& y) { return x != y; });
     case OpId::Less: return binary_loop<T, bool>(a, b, out, kCheap, [](const auto& x, const auto& y) { return x < y; });
@@ -418,7 +424,7 @@ void register_elementwise_kernels() {
   }
   register_kernel(OpId::Cast, DeviceType::CPU, cast_kernel);
   for (OpId op : {OpId::Add, OpId::Sub, OpId::Mul, OpId::Div, OpId::Pow, OpId::Maximum, OpId::Minimum,
-                  OpId::Equal, OpId::NotEqual, OpId::Less, OpId::LessEqual, OpId::Greater,
+                  OpId::ReluGrad, OpId::Equal, OpId::NotEqual, OpId::Less, OpId::LessEqual, OpId::Greater,
                   OpId::GreaterEqual, OpId::LogicalAnd, OpId::LogicalOr}) {
     register_kernel(op, DeviceType::CPU, binary_kernel);
   }

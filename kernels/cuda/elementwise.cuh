@@ -19,7 +19,7 @@ enum class UnaryCode : int {
 };
 
 enum class BinaryCode : int {
-  Add, Sub, Mul, Div, Pow, Maximum, Minimum,
+  Add, Sub, Mul, Div, Pow, Maximum, Minimum, ReluGrad,
   Equal, NotEqual, Less, LessEqual, Greater, GreaterEqual, LogicalAnd, LogicalOr,
 };
 
@@ -171,6 +171,7 @@ __device__ __forceinline__ C apply_arith(BinaryCode code, C u, C v) {
     case BinaryCode::Mul: return u * v;
     case BinaryCode::Maximum: return (is_nan(u) || u > v) ? u : (is_nan(v) ? v : (u == v ? u : v));
     case BinaryCode::Minimum: return (is_nan(u) || u < v) ? u : (is_nan(v) ? v : (u == v ? u : v));
+    case BinaryCode::ReluGrad: return u > C(0) ? v : C(0);  // a select, as on the CPU
     default: break;
   }
   if constexpr (std::is_floating_point_v<C>) {
@@ -353,6 +354,7 @@ inline BinaryCode binary_code(OpId op) {
     case OpId::Pow: return BinaryCode::Pow;
     case OpId::Maximum: return BinaryCode::Maximum;
     case OpId::Minimum: return BinaryCode::Minimum;
+    case OpId::ReluGrad: return BinaryCode::ReluGrad;
     case OpId::Equal: return BinaryCode::Equal;
     case OpId::NotEqual: return BinaryCode::NotEqual;
     case OpId::Less: return BinaryCode::Less;
@@ -432,7 +434,7 @@ inline void register_elementwise_kernels() {
   }
   register_kernel(OpId::Cast, DeviceType::CUDA, cuda_cast);
   for (OpId op : {OpId::Add, OpId::Sub, OpId::Mul, OpId::Div, OpId::Pow, OpId::Maximum, OpId::Minimum,
-                  OpId::Equal, OpId::NotEqual, OpId::Less, OpId::LessEqual, OpId::Greater,
+                  OpId::ReluGrad, OpId::Equal, OpId::NotEqual, OpId::Less, OpId::LessEqual, OpId::Greater,
                   OpId::GreaterEqual, OpId::LogicalAnd, OpId::LogicalOr}) {
     register_kernel(op, DeviceType::CUDA, cuda_binary);
   }

@@ -315,6 +315,32 @@ TEST_CASE("elementwise: binary ops on non-contiguous inputs equal their contiguo
   }
 }
 
+TEST_CASE("elementwise: relu_grad is the select where(x > 0, g, 0), special values included", "[elementwise][nan]") {
+  // x: positive, zero, negative, NaN, +-inf; g: finite, inf and NaN against each.
+  const std::vector<float> xs = {2, 0, -0.0f, -3, NAN, INFINITY, -INFINITY};
+  const std::vector<float> gs = {1.5f, -INFINITY, NAN, 7};
+  std::vector<float> xv, gv;
+  for (float x : xs)
+    for (float g : gs) xv.push_back(x), gv.push_back(g);
+  for (DType dtype : {kFloat32, kFloat64, kBFloat16}) {
+    INFO(dtype_name(dtype));
+    const Tensor x = cast(Tensor::from_vector(xv), dtype), g = cast(Tensor::from_vector(gv), dtype);
+    const Tensor got = relu_grad(x, g);
+    const Tensor want = where(greater(x, zeros({}, dtype)), g, zeros({}, dtype));
+    REQUIRE(got.dtype() == dtype);
+    const auto a = got.to_vector<double>(), b = want.to_vector<double>();
+    for (size_t i = 0; i < a.size(); ++i) {
+      INFO("x " << xv[i] << ", g " << gv[i]);
+      CHECK((std::isnan(a[i]) ? std::isnan(b[i]) : a[i] == b[i]));
+      if (!(xv[i] > 0)) CHECK(a[i] == 0.0);  // 0, not NaN, even for a NaN or infinite g
+    }
+  }
+  // Integers; broadcasting a scalar gradient; and relu's gradient goes through it.
+  CHECK(relu_grad(Tensor::from_vector(std::vector<int32_t>{-2, 0, 3}), Tensor::from_vector(std::vector<int32_t>{5, 6, 7}))
+            .to_vector<int32_t>() == std::vector<int32_t>{0, 0, 7});
+  CHECK(relu_grad(tensor({-1, 2, 3}), Tensor::scalar(4.0, kFloat32)).to_vector<float>() == std::vector<float>{0, 4, 4});
+}
+
 TEST_CASE("elementwise: NaN and Inf propagation in maximum/minimum", "[elementwise][nan]") {
   Tensor a = tensor({NAN, 1, NAN, INFINITY, -INFINITY, 2});
   Tensor b = tensor({1, NAN, NAN, 5, 3, -INFINITY});

@@ -300,6 +300,10 @@ void add_elementwise_entries(std::vector<OpInfo>& t) {
   t.push_back(binary(
       OpId::Minimum, [](const Tensor& a, const Tensor& b) { return minimum(a, b); }, kNumericTypes,
       {Domain::Grid, Domain::OffGrid}, true));
+  // x away from 0, where relu's gradient is defined (gradient 0 in x, the select in g).
+  t.push_back(binary(
+      OpId::ReluGrad, [](const Tensor& x, const Tensor& g) { return relu_grad(x, g); }, kNumericTypes,
+      {Domain::AwayFromZero, Domain::Any}, true));
   // Few distinct values, so that equal pairs occur.
   const std::vector<std::pair<OpId, Binary>> comparisons = {
       {OpId::Equal, [](const Tensor& a, const Tensor& b) { return equal(a, b); }},
