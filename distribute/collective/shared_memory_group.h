@@ -15,9 +15,12 @@
 // computes the whole reduction itself, ((slot 0 op slot 1) op slot 2) ..., in rank order,
 // into its own buffer, and publishes that it has read the round ("done"). Every rank
 // therefore gets the same bits, and the same bits as Gloo's direct exchange in
-// gloo_communicator.cc, which folds in the same order. Each rank has two slots used in
-// alternate rounds, so a rank overwrites a slot only after every peer has read it, which
-// it has almost always done by then.
+// gloo_communicator.cc, which folds in the same order. reduce_scatter's rounds stage a
+// piece of every rank's part side by side in the slot, and each rank folds only the
+// pieces of its own part (the same order); all_gather's rounds stage this rank's part and
+// every rank copies the others'. Each rank has two slots used in alternate rounds, so a
+// rank overwrites a slot only after every peer has read it, which it has almost always
+// done by then.
 //
 // Joining is a rendezvous through the group's store: rank 0 creates the segment
 // (shm_open with a random name, mode 0600, so only processes of the same user can open
