@@ -19,6 +19,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -31,6 +32,12 @@ namespace {
 
 constexpr uint64_t kMagic = 0x7374726174617368ull;  // "stratash"
 constexpr size_t kLine = 64;
+// From this many ranks and bytes in a round, all_reduce folds one piece per rank and the
+// ranks copy each other's (below) instead of every rank folding the whole round: each rank
+// then reads about 2 rounds' bytes instead of one per rank (8 ranks: 2 instead of 8), for
+// one more wait. Two ranks read 2 either way.
+constexpr int kPieceFoldMinRanks = 3;
+constexpr size_t kPieceFoldMinBytes = size_t(64) << 10;
 // How long a waiter polls before it sleeps on the futex: long enough to catch a peer
 // that arrives within a few microseconds (the usual case in a synchronous step), short
 // enough not to take a core from work that shares it for long.
@@ -98,6 +105,7 @@ struct SharedMemoryGroup::Header {
 
 struct SharedMemoryGroup::RankState {
   alignas(kLine) uint64_t arrived;  // the last round whose chunk this rank has staged
+  alignas(kLine) uint64_t reduced;  // the last round whose own piece this rank has folded
   alignas(kLine) uint64_t done;     // the last round this rank has finished reading
   uint32_t closed;                  // 1 once this rank's group is destroyed: it comes no more
   int64_t pid;
@@ -278,7 +286,7 @@ void SharedMemoryGroup::fail_wait(const char* what, uint64_t target, const std::
 }
 
 void SharedMemoryGroup::wait_for_all(uint64_t RankState::*field, uint64_t target, Clock::time_point deadline) {
-  const char* what = field == &RankState::arrived ? "staged" : "read";
+  const char* what = field == &RankState::arrived ? "staged" : field == &RankState::reduced ? "reduced" : "read";
   int next = 0;  // the first rank not yet seen at `target`
   const auto ready = [&] {
     for (; next < size_; ++next)
@@ -354,8 +362,34 @@ void SharedMemoryGroup::all_reduce(void* data, size_t bytes, size_t element_size
     arrive(round, deadline);
     const size_t n = length / element_size;
     uint8_t* o = out + offset;
-    combine(o, slot(0, round), slot(1, round), n);
-    for (int q = 2; q < size_; ++q) combine(o, o, slot(q, round), n);
+    if (size_ >= kPieceFoldMinRanks && length >= kPieceFoldMinBytes) {
+      // Each rank folds its piece of the round (whole elements; the last rank's may be
+      // short or empty) from every slot, in rank order, into its output, and publishes it
+      // in the same piece of its own slot (which no peer reads before `reduced`: each
+      // folds its own piece); then it copies the peers' folded pieces out. The same
+      // combines in the same order as below: the same bits.
+      const size_t per = (n + size_t(size_) - 1) / size_t(size_);
+      const auto piece = [&](int q) {  // {byte offset, elements}
+        const size_t begin = std::min(n, per * size_t(q)), end = std::min(n, per * size_t(q + 1));
+        return std::pair<size_t, size_t>{begin * element_size, end - begin};
+      };
+      const auto [mine, count] = piece(rank_);
+      if (count > 0) {
+        uint8_t* folded = o + mine;
+        combine(folded, slot(0, round) + mine, slot(1, round) + mine, count);
+        for (int q = 2; q < size_; ++q) combine(folded, folded, slot(q, round) + mine, count);
+        std::memcpy(slot(rank_, round) + mine, folded, count * element_size);
+      }
+      publish(&RankState::reduced, round);
+      wait_for_all(&RankState::reduced, round, deadline);
+      for (int q = 0; q < size_; ++q) {
+        const auto [begin, elements] = piece(q);
+        if (q != rank_ && elements > 0) std::memcpy(o + begin, slot(q, round) + begin, elements * element_size);
+      }
+    } else {
+      combine(o, slot(0, round), slot(1, round), n);
+      for (int q = 2; q < size_; ++q) combine(o, o, slot(q, round), n);
+    }
     finish(round);
   }
 }

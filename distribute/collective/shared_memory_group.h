@@ -13,7 +13,10 @@
 // The algorithm, per round of at most chunk_bytes: each rank copies its chunk into its
 // slot and publishes the round number ("arrived"); once every rank has arrived, each
 // computes the whole reduction itself, ((slot 0 op slot 1) op slot 2) ..., in rank order,
-// into its own buffer, and publishes that it has read the round ("done"). Every rank
+// into its own buffer, and publishes that it has read the round ("done"). With 3 or more
+// ranks and rounds of 64 KB or more, each rank instead folds one n-th of the round (the
+// same combines, in the same order), publishes it ("reduced") and copies the others':
+// every rank then reads about two rounds' bytes instead of one per rank. Every rank
 // therefore gets the same bits, and the same bits as Gloo's direct exchange in
 // gloo_communicator.cc, which folds in the same order. reduce_scatter's rounds stage a
 // piece of every rank's part side by side in the slot, and each rank folds only the
