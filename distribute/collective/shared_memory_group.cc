@@ -30,7 +30,9 @@ namespace strata::distribute {
 
 namespace {
 
-constexpr uint64_t kMagic = 0x7374726174617368ull;  // "stratash"
+// The segment's layout version: a peer built with another layout (RankState gained
+// `reduced` in version 2) finds a different magic, and the whole group keeps using TCP.
+constexpr uint64_t kMagic = 0x7374726174613032ull;  // "strata02"
 constexpr size_t kLine = 64;
 // From this many ranks and bytes in a round, all_reduce folds one piece per rank and the
 // ranks copy each other's (below) instead of every rank folding the whole round: each rank
