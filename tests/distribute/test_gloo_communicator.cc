@@ -76,6 +76,19 @@ std::vector<std::string> run_group(const GroupSpec& spec, const RankFn& fn) {
   return reports;
 }
 
+// run_group, once more when the group never connected (every rank failed in the mesh
+// connect, so `fn` ran nowhere): Debian's Gloo has no connect retries (upstream added them
+// in 2025, pytorch/gloo#413), and under load a connect is now and then refused before any
+// collective runs. A failure inside `fn` is reported as it is. For the tests of the
+// collectives, not of connection failures.
+std::vector<std::string> run_connected_group(const GroupSpec& spec, const RankFn& fn) {
+  auto reports = run_group(spec, fn);
+  const bool never_connected = std::all_of(reports.begin(), reports.end(), [](const std::string& r) {
+    return r.find("could not connect group") != std::string::npos;
+  });
+  return never_connected ? run_group(spec, fn) : reports;
+}
+
 void require_all_ok(const std::vector<std::string>& reports) {
   for (size_t r = 0; r < reports.size(); ++r) {
     INFO("rank " << r << ": " << reports[r]);
@@ -362,7 +375,7 @@ void run_over_tcp_and_shared_memory(std::initializer_list<int> sizes, Fn fn) {
   for (bool shared : {false, true}) {
     for (int size : sizes) {
       INFO("ranks: " << size << (shared ? ", shared memory" : ", TCP"));
-      require_all_ok(run_group(spec_over(size, shared), [&](int rank, Communicator& comm) -> std::string {
+      require_all_ok(run_connected_group(spec_over(size, shared), [&](int rank, Communicator& comm) -> std::string {
         if (auto r = check_path(comm, shared); !r.empty()) return r;
         return fn(rank, comm);
       }));
@@ -463,7 +476,7 @@ TEST_CASE("Gloo reduce_scatter sums in rank order over TCP and through shared me
         const auto v = values(r, size);
         for (size_t i = 0; i < want.size(); ++i) want[i] += v[i];
       }
-      require_all_ok(run_group(spec_over(size, shared), [&](int rank, Communicator& comm) -> std::string {
+      require_all_ok(run_connected_group(spec_over(size, shared), [&](int rank, Communicator& comm) -> std::string {
         if (auto r = check_path(comm, shared); !r.empty()) return r;
         Tensor out = Tensor::empty({part}, kFloat32);
         for (int call = 0; call < 2; ++call) {  // the slots are reused by the second call
