@@ -797,8 +797,7 @@ void GlooCommunicator::all_gather(const Tensor& input, const Tensor& output) {
   }
   if (size_ == 1) return;
   if (shm_) {
-    const auto until = deadline();
-    run(call, [&] { shm_->all_gather(out, bytes, until); });
+    run(call, [&] { shm_->all_gather(out, bytes, deadline()); });
     return;
   }
   const uint32_t tag = uint32_t(calls_ + 1);
@@ -854,12 +853,11 @@ void GlooCommunicator::reduce_scatter(const Tensor& input, const Tensor& output,
     std::memcpy(dst, mine, part_bytes);
   } else {
     const CombineFn combine = combine_for(wide, op, "reduce_scatter");
-    std::vector<const uint8_t*> send_for(static_cast<size_t>(size_));
-    for (int p = 0; p < size_; ++p) send_for[size_t(p)] = src + size_t(p) * part_bytes;
     if (shm_) {
-      const auto until = deadline();
-      run(call, [&] { shm_->reduce_scatter(src, dst, part_bytes, element_size, combine, until); });
+      run(call, [&] { shm_->reduce_scatter(src, dst, part_bytes, element_size, combine, deadline()); });
     } else {
+      std::vector<const uint8_t*> send_for(static_cast<size_t>(size_));
+      for (int p = 0; p < size_; ++p) send_for[size_t(p)] = src + size_t(p) * part_bytes;
       run(call,
           [&] { direct_reduce(send_for.data(), nullptr, mine, dst, part_bytes, element_size, combine, deadline()); });
     }

@@ -532,8 +532,8 @@ void ClusterCoordinator::monitor_loop() {
         const auto inc = pong.header.at("incarnation").get<uint64_t>();
         if (incarnation[i] && *incarnation[i] != inc) {
           fail_parameter_server(int(i), "parameter server " + label +
-                         " restarted and lost its variables; restart the job (the chief resumes from its latest "
-                         "checkpoint)");
+                                            " restarted and lost its variables; restart the job (the chief "
+                                            "resumes from its latest checkpoint)");
         }
         incarnation[i] = inc;
         last_ok[i] = Clock::now();
@@ -541,7 +541,7 @@ void ClusterCoordinator::monitor_loop() {
         const auto now = Clock::now();
         if (incarnation[i] && seconds_between(last_ok[i], now) >= options_.heartbeat_timeout_seconds) {
           fail_parameter_server(int(i), "parameter server " + label + " failed: no reply to heartbeats for " +
-                         fmt_seconds(seconds_between(last_ok[i], now)) + " (" + e.what() + ")");
+                                            fmt_seconds(seconds_between(last_ok[i], now)) + " (" + e.what() + ")");
         } else if (!incarnation[i] && seconds_between(start, now) > startup) {
           fail_parameter_server(int(i), "parameter server " + label + " never answered within " + fmt_seconds(startup));
         }
