@@ -88,6 +88,14 @@ std::string random_hex(size_t bytes) {
   return out;
 }
 
+// out = ((part_of(0) op part_of(1)) op part_of(2)) ...: the rank order every collective here
+// folds in (float addition is not associative), so every path gives the same bits.
+template <typename PartOf>
+void fold_in_rank_order(SharedMemoryGroup::Combine combine, uint8_t* out, int size, PartOf part_of, size_t n) {
+  combine(out, part_of(0), part_of(1), n);
+  for (int q = 2; q < size; ++q) combine(out, out, part_of(q), n);
+}
+
 std::string errno_text(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
 
 }  // namespace
@@ -378,8 +386,7 @@ void SharedMemoryGroup::all_reduce(void* data, size_t bytes, size_t element_size
       const auto [mine, count] = piece(rank_);
       if (count > 0) {
         uint8_t* folded = o + mine;
-        combine(folded, slot(0, round) + mine, slot(1, round) + mine, count);
-        for (int q = 2; q < size_; ++q) combine(folded, folded, slot(q, round) + mine, count);
+        fold_in_rank_order(combine, folded, size_, [&](int q) { return slot(q, round) + mine; }, count);
         std::memcpy(slot(rank_, round) + mine, folded, count * element_size);
       }
       publish(&RankState::reduced, round);
@@ -389,8 +396,7 @@ void SharedMemoryGroup::all_reduce(void* data, size_t bytes, size_t element_size
         if (q != rank_ && elements > 0) std::memcpy(o + begin, slot(q, round) + begin, elements * element_size);
       }
     } else {
-      combine(o, slot(0, round), slot(1, round), n);
-      for (int q = 2; q < size_; ++q) combine(o, o, slot(q, round), n);
+      fold_in_rank_order(combine, o, size_, [&](int q) { return slot(q, round); }, n);
     }
     finish(round);
   }
@@ -413,10 +419,7 @@ void SharedMemoryGroup::reduce_scatter(const void* input, void* output, size_t p
     arrive(round, deadline);
     // Every rank's piece of this rank's part.
     const auto piece_of = [&](int q) { return slot(q, round) + size_t(rank_) * length; };
-    const size_t n = length / element_size;
-    uint8_t* o = out + offset;
-    combine(o, piece_of(0), piece_of(1), n);
-    for (int q = 2; q < size_; ++q) combine(o, o, piece_of(q), n);
+    fold_in_rank_order(combine, out + offset, size_, piece_of, length / element_size);
     finish(round);
   }
 }
