@@ -99,7 +99,10 @@ std::string rank_list(const std::vector<int>& ranks) {
 }
 
 // Gloo's rendezvous store interface over TcpStore. Gloo keys its pair addresses by rank
-// ("0", "1", ...); a timed-out wait is reported by rank rather than by key.
+// ("0", "1", ...); a timed-out wait is reported by rank rather than by key. Every wait
+// gets the whole rendezvous timeout, whatever Gloo passes (its context's timeout, which
+// during a retried connection attempt bounds only the pairs' handshake): a rank's process
+// may start late.
 class GlooStore final : public gloo::rendezvous::Store {
  public:
   GlooStore(TcpStore& store, std::string prefix, int rank, int size, double timeout_seconds)
@@ -113,13 +116,12 @@ class GlooStore final : public gloo::rendezvous::Store {
     const std::string v = store_.get(prefix_ + key, timeout_);
     return std::vector<char>(v.begin(), v.end());
   }
-  void wait(const std::vector<std::string>& keys) override { wait(keys, to_millis(timeout_)); }
-  void wait(const std::vector<std::string>& keys, const Millis& timeout) override {
+  void wait(const std::vector<std::string>& keys, const Millis&) override { wait(keys); }
+  void wait(const std::vector<std::string>& keys) override {
     std::vector<std::string> full;
     for (const auto& k : keys) full.push_back(prefix_ + k);
-    const double seconds = std::max(0.001, double(timeout.count()) / 1000.0);
     try {
-      store_.wait(full, seconds);
+      store_.wait(full, timeout_);
     } catch (const Error& e) {
       std::vector<std::string> missing;
       for (size_t i = 0; i < keys.size(); ++i)
@@ -127,7 +129,7 @@ class GlooStore final : public gloo::rendezvous::Store {
       if (missing.empty()) throw;
       std::string names;
       for (size_t i = 0; i < missing.size(); ++i) names += (i ? ", " : "") + missing[i];
-      fail("gloo rendezvous: rank ", rank_, " of ", size_, " waited ", seconds_str(seconds), " for rank(s) ",
+      fail("gloo rendezvous: rank ", rank_, " of ", size_, " waited ", seconds_str(timeout_), " for rank(s) ",
            names, " to join group '", prefix_, "' at the store ", store_.address(),
            ": they never arrived (store key(s) '", prefix_, missing[0], "'", missing.size() > 1 ? ", ..." : "",
            " missing)");
@@ -284,34 +286,7 @@ GlooCommunicator::GlooCommunicator(const GlooCommunicatorOptions& options)
     monitor_ = std::make_unique<HeartbeatMonitor>(std::move(h));
   }
 
-  try {
-    auto context = std::make_shared<gloo::rendezvous::Context>(rank_, size_);
-    context->setTimeout(to_millis(options.comm.timeout_seconds));
-    gloo::transport::tcp::attr attr;
-    attr.hostname = options.hostname;
-    auto device = gloo::transport::tcp::CreateDevice(attr);
-    GlooStore gstore(store, prefix + "/mesh/", rank_, size_, options.comm.timeout_seconds);
-    context->connectFullMesh(gstore, device);
-    // connectFullMesh can return on one rank while a peer is still finishing its side of
-    // the handshake; a rank that then left at once (a group that never calls a collective)
-    // would break the peer's connect. A barrier makes construction end together. Tag 0 is
-    // never used by a collective (their tags count from 1).
-    if (size_ > 1) {
-      gloo::BarrierOptions opts(context);
-      opts.setTag(0);
-      opts.setTimeout(to_millis(options.comm.timeout_seconds));
-      gloo::barrier(opts);
-    }
-    context_ = std::move(context);
-  } catch (const Error&) {
-    throw;  // already names the ranks that never joined
-  } catch (const std::exception& e) {  // gloo::EnforceNotMet, gloo::IoException, ...
-    int first_gone = -1;
-    bool unreachable = false;
-    const std::string gone = gone_ranks(&first_gone, &unreachable);
-    fail("gloo: ", options.member, " ", rank_, " of ", size_, " could not connect group '", prefix, "'",
-         gone.empty() ? "" : ": " + gone, ": ", e.what());
-  }
+  context_ = connect_mesh();
   if (size_ > 1 && options.comm.shared_memory &&
       options.comm.implementation == CommunicationImplementation::Auto) {
     SharedMemoryGroupOptions shm;
@@ -321,6 +296,89 @@ GlooCommunicator::GlooCommunicator(const GlooCommunicatorOptions& options)
     shm.prefix = prefix;
     shm.timeout_seconds = options.comm.timeout_seconds;
     shm_ = SharedMemoryGroup::join(shm, &shm_unavailable_);
+  }
+}
+
+// One attempt at the full mesh, under its own store keys. connectFullMesh can return on
+// one rank while a peer is still finishing its side of the handshake; a rank that then
+// left at once (a group that never calls a collective) would break the peer's connect. A
+// barrier makes the attempt end together. Tag 0 is never used by a collective (their tags
+// count from 1).
+std::shared_ptr<gloo::Context> GlooCommunicator::connect_attempt(int attempt, double handshake_seconds) {
+  auto context = std::make_shared<gloo::rendezvous::Context>(rank_, size_);
+  context->setTimeout(to_millis(handshake_seconds));
+  gloo::transport::tcp::attr attr;
+  attr.hostname = options_.hostname;
+  auto device = gloo::transport::tcp::CreateDevice(attr);
+  GlooStore gstore(*options_.store, options_.prefix + "/mesh/" + std::to_string(attempt) + "/", rank_, size_,
+                   options_.comm.timeout_seconds);
+  context->connectFullMesh(gstore, device);
+  if (options_.connect_fault_for_testing) options_.connect_fault_for_testing(attempt);
+  if (size_ > 1) {
+    gloo::BarrierOptions opts(context);
+    opts.setTag(0);
+    opts.setTimeout(to_millis(handshake_seconds));
+    gloo::barrier(opts);
+  }
+  // Collectives pass their own timeouts; anything else Gloo times gets the whole one.
+  context->setTimeout(to_millis(options_.comm.timeout_seconds));
+  return context;
+}
+
+// Every rank publishes whether its attempt connected; all keep the mesh only when every
+// one did (a rank whose own side succeeded while a peer's failed must not keep pairs the
+// peer has closed). Waiting for the verdicts is bounded: a rank whose attempt is still
+// running finishes it within its handshake bound, or it is named.
+std::shared_ptr<gloo::Context> GlooCommunicator::connect_mesh() {
+  TcpStore& store = *options_.store;
+  const std::string& prefix = options_.prefix;
+  const double timeout = options_.comm.timeout_seconds;
+  for (int attempt = 0;; ++attempt) {
+    connect_attempts_ = attempt + 1;
+    const bool last = attempt + 1 == kConnectAttempts;
+    std::shared_ptr<gloo::Context> context;
+    std::string error;
+    try {
+      context = connect_attempt(attempt, last ? timeout : std::min(timeout, kRetriedHandshakeSeconds));
+    } catch (const Error&) {
+      throw;  // not the handshake: a rank that never joined, an unreachable store
+    } catch (const std::exception& e) {  // gloo::EnforceNotMet, gloo::IoException, ...
+      error = e.what();
+    }
+    if (size_ == 1) return context;
+    const std::string verdicts = prefix + "/mesh/" + std::to_string(attempt) + "/connected/";
+    store.set(verdicts + std::to_string(rank_), error.empty() ? "connected" : "failed: " + error);
+    std::vector<std::string> keys;
+    for (int r = 0; r < size_; ++r) keys.push_back(verdicts + std::to_string(r));
+    try {
+      store.wait(keys, timeout);
+    } catch (const Error&) {
+      std::vector<int> missing;
+      for (int r = 0; r < size_; ++r)
+        if (!store.check({keys[size_t(r)]})) missing.push_back(r);
+      int first_gone = -1;
+      bool unreachable = false;
+      const std::string gone = gone_ranks(&first_gone, &unreachable);
+      fail("gloo: ", options_.member, " ", rank_, " of ", size_, " could not connect group '", prefix, "': ",
+           options_.member, "(s) ", rank_list(missing), " did not finish connection attempt ", attempt + 1,
+           " within ", seconds_str(timeout), gone.empty() ? "" : " (" + gone + ")",
+           error.empty() ? "" : "; here: " + error);
+    }
+    std::string failed;  // "rank 2: connect ...: Connection refused; ..."
+    for (int r = 0; r < size_; ++r) {
+      const std::string v = r == rank_ ? "failed: " + error : store.get(keys[size_t(r)], timeout);
+      const std::string e = r == rank_ ? error : v.rfind("failed: ", 0) == 0 ? v.substr(8) : std::string();
+      if (!e.empty()) failed += (failed.empty() ? "" : "; ") + options_.member + " " + std::to_string(r) + ": " + e;
+    }
+    if (failed.empty()) return context;
+    context.reset();  // closes this rank's pairs before the group's next attempt
+    if (last) {
+      int first_gone = -1;
+      bool unreachable = false;
+      const std::string gone = gone_ranks(&first_gone, &unreachable);
+      fail("gloo: ", options_.member, " ", rank_, " of ", size_, " could not connect group '", prefix, "' in ",
+           kConnectAttempts, " attempts", gone.empty() ? "" : ": " + gone, "; the last failed on ", failed);
+    }
   }
 }
 

@@ -33,6 +33,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -105,6 +106,11 @@ struct GlooCommunicatorOptions {
   // hosts the store (-1: none of them), so that a store that stops answering names it.
   std::string member = "rank";
   int store_host_rank = -1;
+  // Fault injection for tests: called on this rank after each connection attempt's mesh
+  // connected, before the barrier that ends it, with the attempt's index (from 0). A
+  // std::exception other than strata::Error thrown here fails this rank's attempt as a
+  // refused connect would; a strata::Error fails the construction at once.
+  std::function<void(int attempt)> connect_fault_for_testing;
 };
 
 // True when strata was built with Gloo.
@@ -112,6 +118,13 @@ bool gloo_available();
 
 // Connects to the group (blocks until every rank has joined, up to the timeout).
 // Throws strata::Error naming the ranks that did not join, or "built without Gloo".
+//
+// Gloo's full-mesh connect can fail on a loaded machine (a refused connect; the Gloo
+// Debian ships has no retries): the group then connects again, every rank together, up
+// to GlooCommunicator::kConnectAttempts times. Each rank publishes the outcome of every
+// attempt in the store and the group retries when any rank failed, so no rank keeps a
+// mesh that a peer has given up. Attempts before the last bound the pairs' handshake
+// (not the wait for late ranks to publish their addresses) by kRetriedHandshakeSeconds.
 std::unique_ptr<Communicator> make_gloo_communicator(const GlooCommunicatorOptions& options);
 
 #ifdef STRATA_HAS_GLOO
@@ -141,9 +154,18 @@ class GlooCommunicator final : public Communicator {
   const std::string& shared_memory_unavailable() const { return shm_unavailable_; }
   // The connected Gloo context (for benchmarks that call Gloo directly).
   const std::shared_ptr<gloo::Context>& gloo_context() const { return context_; }
+  // How many attempts connecting the mesh took (1 unless one failed somewhere).
+  int connect_attempts() const { return connect_attempts_; }
+
+  static constexpr int kConnectAttempts = 3;
+  static constexpr double kRetriedHandshakeSeconds = 30.0;
 
  private:
   struct Call;
+  // Connects the full mesh (see make_gloo_communicator): one attempt, then the group's
+  // verdict on it.
+  std::shared_ptr<gloo::Context> connect_mesh();
+  std::shared_ptr<gloo::Context> connect_attempt(int attempt, double handshake_seconds);
   // out = a (op) b over n elements of one dtype.
   using Combine = void (*)(void* out, const void* a, const void* b, size_t n);
   void check_usable(const char* op) const;
@@ -175,6 +197,7 @@ class GlooCommunicator final : public Communicator {
   int size_;
   GlooCommunicatorOptions options_;
   std::shared_ptr<gloo::Context> context_;
+  int connect_attempts_ = 0;
   uint64_t calls_ = 0;
   // The direct exchange's receive buffer, kept across calls (no allocation or page
   // faults per call); grows to the largest window used.

@@ -76,19 +76,6 @@ std::vector<std::string> run_group(const GroupSpec& spec, const RankFn& fn) {
   return reports;
 }
 
-// run_group, once more when the group never connected (every rank failed in the mesh
-// connect, so `fn` ran nowhere): Debian's Gloo has no connect retries (upstream added them
-// in 2025, pytorch/gloo#413), and under load a connect is now and then refused before any
-// collective runs. A failure inside `fn` is reported as it is. For the tests of the
-// collectives, not of connection failures.
-std::vector<std::string> run_connected_group(const GroupSpec& spec, const RankFn& fn) {
-  auto reports = run_group(spec, fn);
-  const bool never_connected = std::all_of(reports.begin(), reports.end(), [](const std::string& r) {
-    return r.find("could not connect group") != std::string::npos;
-  });
-  return never_connected ? run_group(spec, fn) : reports;
-}
-
 void require_all_ok(const std::vector<std::string>& reports) {
   for (size_t r = 0; r < reports.size(); ++r) {
     INFO("rank " << r << ": " << reports[r]);
@@ -375,7 +362,7 @@ void run_over_tcp_and_shared_memory(std::initializer_list<int> sizes, Fn fn) {
   for (bool shared : {false, true}) {
     for (int size : sizes) {
       INFO("ranks: " << size << (shared ? ", shared memory" : ", TCP"));
-      require_all_ok(run_connected_group(spec_over(size, shared), [&](int rank, Communicator& comm) -> std::string {
+      require_all_ok(run_group(spec_over(size, shared), [&](int rank, Communicator& comm) -> std::string {
         if (auto r = check_path(comm, shared); !r.empty()) return r;
         return fn(rank, comm);
       }));
@@ -476,7 +463,7 @@ TEST_CASE("Gloo reduce_scatter sums in rank order over TCP and through shared me
         const auto v = values(r, size);
         for (size_t i = 0; i < want.size(); ++i) want[i] += v[i];
       }
-      require_all_ok(run_connected_group(spec_over(size, shared), [&](int rank, Communicator& comm) -> std::string {
+      require_all_ok(run_group(spec_over(size, shared), [&](int rank, Communicator& comm) -> std::string {
         if (auto r = check_path(comm, shared); !r.empty()) return r;
         Tensor out = Tensor::empty({part}, kFloat32);
         for (int call = 0; call < 2; ++call) {  // the slots are reused by the second call
@@ -577,6 +564,48 @@ TEST_CASE("Gloo rendezvous: a rank that never joins is named within the timeout"
     CHECK(reports[size_t(r)].find("never arrived") != std::string::npos);
   }
   CHECK(took < 1.5 + 3.0);
+}
+
+TEST_CASE("Gloo: a connection attempt that fails on one rank is retried by the whole group", "[gloo]") {
+  if (skip_without_gloo()) return;
+  GroupSpec spec{3, 10.0};
+  // Rank 1's first attempt fails after its mesh connected, before the attempt's barrier;
+  // ranks 0 and 2 connected their side and must give that mesh up too.
+  spec.tweak = [](GlooCommunicatorOptions& o) {
+    if (o.rank == 1)
+      o.connect_fault_for_testing = [](int attempt) {
+        if (attempt == 0) throw std::runtime_error("injected: connect [127.0.0.1]:1: Connection refused");
+      };
+  };
+  const auto t0 = Clock::now();
+  auto reports = run_group(spec, [](int rank, Communicator& comm) -> std::string {
+    const int attempts = dynamic_cast<GlooCommunicator&>(comm).connect_attempts();
+    if (attempts != 2) return "connected in " + std::to_string(attempts) + " attempts, expected 2";
+    Tensor t = filled(rank, {1000}, kFloat32);
+    comm.all_reduce(t, ReduceOp::Sum);
+    const float got = t.data<float>()[999];  // (1 + 2 + 3) * (999 % 7 + 1)
+    return got == 36.0f ? "" : "all_reduce gave " + std::to_string(got) + ", expected 36";
+  });
+  require_all_ok(reports);
+  CHECK(since(t0) < 10.0);  // the verdicts, not a timeout, start the second attempt
+}
+
+TEST_CASE("Gloo: a group whose every connection attempt fails names the failing rank on every rank", "[gloo]") {
+  if (skip_without_gloo()) return;
+  GroupSpec spec{3, 10.0};
+  spec.tweak = [](GlooCommunicatorOptions& o) {
+    if (o.rank == 2)
+      o.connect_fault_for_testing = [](int) { throw std::runtime_error("injected: Connection refused"); };
+  };
+  const auto t0 = Clock::now();
+  auto reports = run_group(spec, [](int, Communicator&) { return std::string("connected despite the fault"); });
+  for (int r = 0; r < 3; ++r) {
+    INFO("rank " << r << ": " << reports[size_t(r)]);
+    CHECK(reports[size_t(r)].find("could not connect group") != std::string::npos);
+    CHECK(reports[size_t(r)].find("in 3 attempts") != std::string::npos);
+    CHECK(reports[size_t(r)].find("rank 2: injected: Connection refused") != std::string::npos);
+  }
+  CHECK(since(t0) < 10.0);
 }
 
 TEST_CASE("Gloo: a store prefix reused by a second group is refused", "[gloo]") {
