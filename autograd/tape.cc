@@ -58,6 +58,12 @@ GradientHookScope::GradientHookScope(GradientReadyHook* hook) : saved_(t_gradien
 GradientHookScope::~GradientHookScope() { t_gradient_hook = saved_; }
 GradientReadyHook* current_gradient_hook() { return t_gradient_hook; }
 
+Tensor GradientReadyHook::product_ready(const Variable& variable, const Tensor& a, const Tensor& b) {
+  Tensor gradient = matmul(a, b, true, false);
+  gradient_ready(variable, gradient);
+  return gradient;
+}
+
 bool is_recording() {
   if (thread_recorder() == nullptr) return false;
   for (const GradientTape* tape : t_tapes) {
@@ -214,14 +220,21 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
   std::vector<std::pair<uint64_t, Variable>> hooked;      // source id, its variable
   std::unordered_map<size_t, std::vector<size_t>> ready_after;  // node index -> hooked entries
   std::vector<bool> reported;
+  // oldest_use doubles as the de-duplication set: two watched variables holding the same
+  // value tensor are one source, reported once (the first in watch order).
+  std::unordered_map<uint64_t, size_t> oldest_use;
+  std::unordered_map<uint64_t, size_t> hooked_index;  // source id -> its entry in hooked
+  // Product gradients (gradient_hook.h): not while another tape records this backward
+  // pass, whose gradients must then be taped ops.
+  const bool products = hook && hook->accepts_products() && !is_recording();
   if (hook) {
-    // oldest_use doubles as the de-duplication set: two watched variables holding the same
-    // value tensor are one source, reported once (the first in watch order).
-    std::unordered_map<uint64_t, size_t> oldest_use;
     for (const Variable& v : variables_) {
       const uint64_t id = v.value().id();
       if (!source_ids.contains(id)) continue;
-      if (oldest_use.emplace(id, nodes_.size()).second) hooked.emplace_back(id, v);
+      if (oldest_use.emplace(id, nodes_.size()).second) {
+        hooked_index.emplace(id, hooked.size());
+        hooked.emplace_back(id, v);
+      }
     }
     for (size_t i = 0; i < nodes_.size() && !oldest_use.empty(); ++i) {
       for (uint64_t id : nodes_[i].input_ids) {
@@ -272,6 +285,22 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
     for (size_t k = 0; k < node.input_ids.size() && k < 64; ++k) {
       if (reach.contains(node.input_ids[k])) wanted |= uint64_t(1) << k;
     }
+    // A hooked variable whose whole gradient is this matmul's weight gradient (x @ v, 2-D,
+    // v read by no older node and by no newer one, which would have added to it already):
+    // the hook gets its factors instead (gradient_hook.h).
+    if (products && node.op == OpId::MatMul && node.input_ids.size() == 2 && node.inputs.size() == 2 &&
+        !node.attrs.transpose_a && !node.attrs.transpose_b && (wanted & 2) != 0 &&
+        node.input_ids[0] != node.input_ids[1] && node.input_meta[0].shape.size() == 2 &&
+        node.input_meta[1].shape.size() == 2 && g.ndim() == 2) {
+      const uint64_t id = node.input_ids[1];
+      auto at = hooked_index.find(id);
+      if (at != hooked_index.end() && oldest_use.at(id) == i && !grads.contains(id)) {
+        autograd::StopRecording no_tape;
+        grads.emplace(id, hook->product_ready(hooked[at->second].second, node.inputs[0], g));
+        reported[at->second] = true;
+        wanted &= ~uint64_t(2);
+      }
+    }
     GradContext ctx{node.op, node.attrs, *inputs, node.input_meta, node.output, node.output_meta, wanted};
     std::vector<Tensor> in_grads = def->vjp(ctx, g);
     STRATA_CHECK(in_grads.size() == node.input_ids.size(), op_name(node.op),
@@ -302,7 +331,7 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
   for (const Tensor& s : sources) {
     auto it = grads.find(s.id());
     if (it != grads.end()) {
-      result.push_back(it->second);
+      result.push_back(hook && hooked_index.contains(s.id()) ? hook->final_gradient(it->second) : it->second);
     } else {
       result.push_back(unconnected == UnconnectedGradients::Zero ? zeros_like(s) : Tensor());
     }

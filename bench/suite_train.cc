@@ -1,7 +1,9 @@
 // train suite: steps/s of the MLP 784-512-512-10 (batch 128) and the MNIST CNN (batch 64)
 // under Default, Mirrored(1..cores), Mirrored(2) reducing gradients only after backward
 // (overlap_gradient_reduction off), Mirrored(2) with one copy of the variables
-// (share_cpu_variables) and CentralStorage(2), each next to the Default
+// (share_cpu_variables), Mirrored(2) aggregating the gradients in backward
+// (aggregate_gradients_in_backward; with copies and with one copy) and CentralStorage(2),
+// each next to the Default
 // strategy measured in the same run, in alternating rounds. (bench/compare/ runs the same workloads in PyTorch.)
 #include "bench/bench.h"
 #include <strata/autograd/tape.h>
@@ -90,6 +92,18 @@ std::vector<Result> train_suite(const Options& o) {
     auto one_copy = std::make_unique<distribute::MirroredStrategy>(distribute::MirroredStrategy::cpu_devices(2));
     one_copy->set_share_cpu_variables(true);
     strategies.emplace_back("mirrored(2) one copy", std::move(one_copy));
+    // GradientTape::gradient returning the replicas' sums (PyTorch DDP's param.grad), the
+    // weight gradients summed from their factors (aggregate_gradients_in_backward); with
+    // copies of the variables, and with one copy.
+    distribute::CommunicationOptions in_backward;
+    in_backward.aggregate_gradients_in_backward = true;
+    strategies.emplace_back("mirrored(2) aggregated", std::make_unique<distribute::MirroredStrategy>(
+                                                          distribute::MirroredStrategy::cpu_devices(2),
+                                                          distribute::CrossDeviceOps::Default, in_backward));
+    auto one_copy_aggregated = std::make_unique<distribute::MirroredStrategy>(
+        distribute::MirroredStrategy::cpu_devices(2), distribute::CrossDeviceOps::Default, in_backward);
+    one_copy_aggregated->set_share_cpu_variables(true);
+    strategies.emplace_back("mirrored(2) one copy aggregated", std::move(one_copy_aggregated));
     strategies.emplace_back("central_storage(2)", std::make_unique<distribute::CentralStorageStrategy>(
                                                       distribute::MirroredStrategy::cpu_devices(2)));
     std::vector<std::function<void()>> trainers{

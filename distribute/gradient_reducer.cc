@@ -62,6 +62,8 @@ void GradientReducer::gradient_ready(const autograd::Variable& variable, const T
 void GradientReducer::backward_done() {
   // In dtype order (the map's), the same on every replica.
   while (!open_.empty()) launch(open_.begin()->first);
+  // GradientTape::gradient returns the sums: they must be there when it does.
+  if (options_.aggregate) wait_all();
 }
 
 void GradientReducer::launch(DType dtype) {
@@ -95,22 +97,73 @@ void GradientReducer::launch(DType dtype) {
     } catch (...) {
       bucket.work = CommWork::completed(what, std::current_exception());
     }
-  } else if (thread_) {
-    bucket.work = thread_->submit(
-        what, [transport = &transport_, gradients = bucket.gradients, sums = bucket.sums, what] {
-          autograd::StopRecording no_tape;
-          (*transport)(gradients, *sums, what);
-        });
+  } else {
+    auto gradients = bucket.gradients;
+    auto sums = bucket.sums;
+    submit(std::move(bucket), what,
+           [transport = &transport_, gradients = std::move(gradients), sums, what] { (*transport)(gradients, *sums, what); });
+    return;
+  }
+  launched_.push_back(std::move(bucket));
+}
+
+void GradientReducer::submit(Bucket bucket, const std::string& what, std::function<void()> run) {
+  if (thread_) {
+    bucket.work = thread_->submit(what, [run = std::move(run)] {
+      autograd::StopRecording no_tape;
+      run();
+    });
   } else {
     std::exception_ptr error;
     try {
-      transport_(bucket.gradients, *bucket.sums, what);
+      run();
     } catch (...) {
       error = std::current_exception();
     }
     bucket.work = CommWork::completed(what, error);
   }
   launched_.push_back(std::move(bucket));
+}
+
+bool GradientReducer::accepts_products() const {
+  return options_.aggregate && bool(product_transport_) && thread_ != nullptr;
+}
+
+// A bucket of its own, launched at once: every replica reaches this point of its backward
+// pass in the same order (the same program), so launch order stays the same everywhere.
+// The tape gets a placeholder of the gradient's shape (a broadcast zero, no memory) that
+// final_gradient exchanges for the sums.
+Tensor GradientReducer::product_ready(const autograd::Variable& variable, const Tensor& a, const Tensor& b) {
+  STRATA_CHECK(accepts_products(), "GradientReducer: product gradients without a product transport (internal error)");
+  autograd::StopRecording no_tape;
+  const int64_t m = a.dim(1), n = b.dim(1);
+  const DType dtype = a.dtype();
+  Tensor placeholder = broadcast_to(Tensor::scalar(0.0, dtype), {m, n});
+  Bucket bucket;
+  bucket.dtype = dtype;
+  bucket.names.push_back(variable.name());
+  bucket.bytes = m * n * int64_t(dtype_size(dtype));
+  bucket.product = true;
+  const size_t index = launched_.size();
+  slots_[placeholder.id()] = {index, 0};
+  bucket.buffer = Tensor::empty({m * n}, dtype, a.device());
+  bucket.sums = std::make_shared<Tensor>(bucket.buffer);
+  const std::string what = "gradient bucket " + std::to_string(index) + " (" + dtype_name(dtype) + "[" +
+                           std::to_string(m) + "x" + std::to_string(n) + "] as a product: " + variable.name() + ")";
+  const Tensor fa = a.contiguous(), fb = b.contiguous();
+  auto sums = bucket.sums;
+  submit(std::move(bucket), what, [transport = &product_transport_, fa, fb, sums, what] { (*transport)(fa, fb, *sums, what); });
+  return placeholder;
+}
+
+Tensor GradientReducer::final_gradient(const Tensor& reported) {
+  if (!options_.aggregate || !reported.defined()) return reported;
+  auto it = slots_.find(reported.id());
+  if (it == slots_.end()) return reported;
+  wait_all();  // done by backward_done already; a no-op then
+  Bucket& bucket = launched_[it->second.first];
+  bucket.taken = true;
+  return unpack(*bucket.sums, it->second.second, reported);
 }
 
 void GradientReducer::wait(Bucket& bucket) { bucket.work->wait(options_.wait_timeout_seconds); }

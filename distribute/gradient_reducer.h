@@ -32,6 +32,17 @@
 // finished on the GPU (CommWork::synchronize), so that a dead peer fails the step naming
 // it and nothing of a step is left running into the next.
 //
+// Aggregating in backward (Options::aggregate, CommunicationOptions::
+// aggregate_gradients_in_backward): GradientTape::gradient itself returns the replicas'
+// sums, as PyTorch DDP leaves the reduced gradients in param.grad after backward — it
+// waits for the buckets at the end of backward (final_gradient), and apply_gradients
+// takes whatever gradients it is given as summed already. Per-replica gradients are then
+// never needed, so with a ProductTransport the reducer takes product gradients from the
+// tape (autograd/gradient_hook.h): a matmul's weight gradient arrives as its factors, and
+// the transport computes the replicas' sum of the products in one pass
+// (InProcessCommunicator::sum_products_shared) instead of each replica's product and a
+// fold of them.
+//
 // Summation is elementwise over replicas in rank order whatever the bucket layout (see
 // fold_reduce), so results are bitwise equal to the unbucketed reduction in-process; a
 // ring across workers sums bitwise equal for two workers.
@@ -74,8 +85,16 @@ class GradientReducer final : public autograd::GradientReadyHook {
     std::function<std::shared_ptr<CommWork>(const Tensor& bucket, const std::string& what)> launch;
   };
 
+  // Leaves in `sums` (flat, m n elements, of a's dtype; contents on entry undefined) the sum
+  // over every replica of transpose(a) @ b (a [k, m], b [k, n]: a variable's weight
+  // gradient as factors). Like Transport, it may point `sums` at a tensor replicas share.
+  using ProductTransport = std::function<void(const Tensor& a, const Tensor& b, Tensor& sums, const std::string& what)>;
+
   struct Options {
     int64_t bytes_per_pack = 0;  // 0: 256 KiB for the first bucket of a step, then 25 MiB
+    // GradientTape::gradient returns the sums (see above); apply_gradients takes them as
+    // they are.
+    bool aggregate = false;
     // Launch on a communication thread (false: inline, at launch). Not used with a
     // StreamTransport, whose collectives are asynchronous by themselves.
     bool asynchronous = true;
@@ -93,6 +112,15 @@ class GradientReducer final : public autograd::GradientReadyHook {
 
   void gradient_ready(const autograd::Variable& variable, const Tensor& gradient) override;
   void backward_done() override;
+  // With Options::aggregate, a communication thread and a product transport.
+  bool accepts_products() const override;
+  Tensor product_ready(const autograd::Variable& variable, const Tensor& a, const Tensor& b) override;
+  // With Options::aggregate: the sums of a gradient this replica reported (views of its
+  // bucket's sums); otherwise `reported` itself.
+  Tensor final_gradient(const Tensor& reported) override;
+  // Products go through `transport` (only used with Options::aggregate).
+  void set_product_transport(ProductTransport transport) { product_transport_ = std::move(transport); }
+  bool aggregates() const { return options_.aggregate; }
 
   // For each gradient the reducer holds (the very tensor backward reported), its sum over
   // the replicas, after waiting for its bucket; undefined for the others. With a
@@ -110,8 +138,13 @@ class GradientReducer final : public autograd::GradientReadyHook {
   // nothing, so its failure is dropped. With `failed` (the step threw; the strategy has aborted the transport) every error
   // is dropped.
   void end_step(bool failed);
-  // Buckets launched this step (for tests).
+  // Buckets launched this step, and those of them summed from factors (for tests).
   size_t buckets_launched() const { return launched_.size(); }
+  size_t product_buckets_launched() const {
+    size_t n = 0;
+    for (const Bucket& b : launched_) n += b.product ? 1 : 0;
+    return n;
+  }
 
   // Copies `gradients`, flattened and in order, into the flat buffer `bucket`.
   static void pack_into(const std::vector<Tensor>& gradients, const Tensor& bucket);
@@ -134,13 +167,19 @@ class GradientReducer final : public autograd::GradientReadyHook {
     // the communication thread before the work completes.
     std::shared_ptr<Tensor> sums;
     std::shared_ptr<CommWork> work;
-    bool taken = false;  // take() handed out some of its sums
+    bool taken = false;  // take() or final_gradient() handed out some of its sums
+    bool product = false;  // one variable's gradient, summed from factors (product_ready)
   };
   int64_t capacity() const;
   void launch(DType dtype);
   void wait(Bucket& bucket);
 
+  // Queues the bucket's collective (run by `run` on the communication thread, or inline)
+  // and appends it to launched_.
+  void submit(Bucket bucket, const std::string& what, std::function<void()> run);
+
   Transport transport_;
+  ProductTransport product_transport_;
   StreamTransport stream_transport_;  // set instead of transport_ for GPU buckets over NCCL
   Options options_;
   std::map<DType, Bucket> open_;

@@ -107,6 +107,9 @@ std::vector<Tensor> LocalReplicaContext::all_reduce(ReduceOp op, const std::vect
 }
 
 std::vector<Tensor> LocalReplicaContext::sum_gradients(const std::vector<Tensor>& grads) {
+  // GradientTape::gradient returned the sums already (aggregate_gradients_in_backward);
+  // whatever the step did to them since (clipping) was done to sums.
+  if (reducer_ && reducer_->aggregates()) return grads;
   if (!reducer_) return all_reduce(ReduceOp::Sum, grads);
   autograd::StopRecording no_tape;
   std::vector<Tensor> out = reducer_->take(grads);
@@ -131,6 +134,10 @@ GradientReducer* LocalReplicaContext::gradient_hook() {
   const CommunicationOptions& options = strategy_.communication_options();
   // ZeRO-1 reduce-scatters the gradients itself in apply_gradients: all-reducing buckets
   // during backward too would move every gradient twice.
+  STRATA_CHECK(!options.aggregate_gradients_in_backward ||
+                   (options.overlap_gradient_reduction && !strategy_.shard_optimizer_state()),
+               "CommunicationOptions::aggregate_gradients_in_backward needs overlap_gradient_reduction on and no "
+               "optimizer-state sharding (ZeRO-1 reduce-scatters the gradients in apply_gradients)");
   if (!options.overlap_gradient_reduction || strategy_.num_replicas_in_sync() <= 1 ||
       strategy_.shard_optimizer_state()) {
     return nullptr;
@@ -138,6 +145,7 @@ GradientReducer* LocalReplicaContext::gradient_hook() {
   if (!reducer_) {
     GradientReducer::Options o;
     o.bytes_per_pack = options.bytes_per_pack;
+    o.aggregate = options.aggregate_gradients_in_backward;
     // One bucket's collective: the local wait, plus the cross-worker one.
     o.wait_timeout_seconds = gradient_comm_.group().timeout_seconds() + options.timeout_seconds + 10.0;
     if (stream_gradient_communicator()) {
@@ -176,6 +184,16 @@ GradientReducer* LocalReplicaContext::gradient_hook() {
           reduce_buffer(gradient_comm_, bucket, ReduceOp::Sum, what);
         },
         o);
+    if (o.aggregate && o.asynchronous && device_.is_cpu() && !strategy_.worker_communicator() &&
+        !strategy_.local_collectives()) {
+      // Replicas of one process on logical CPU devices: the weight gradients of their
+      // matmuls are summed from the factors, each rank computing a block of rows.
+      reducer_->set_product_transport(
+          [this, limit](const Tensor& a, const Tensor& b, Tensor& sums, const std::string& what) {
+            set_thread_parallelism_limit(limit);
+            sums = gradient_comm_.sum_products_shared(a, b, sums, what);
+          });
+    }
   }
   return reducer_.get();
 }

@@ -6,7 +6,8 @@
 // time: on a loaded machine the wall clock includes waiting for a core, CPU time does not).
 // `--replicas N` (N > 1) runs the same global batch under MirroredStrategy over N logical
 // CPU devices, the train suite's mirrored(N) row; `--one-copy` with one copy of the
-// variables (Strategy::set_share_cpu_variables).
+// variables (Strategy::set_share_cpu_variables); `--aggregate` with the gradients summed
+// in backward (CommunicationOptions::aggregate_gradients_in_backward).
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -28,7 +29,7 @@ double process_cpu_seconds() {
 }
 
 int usage(const char* why) {
-  std::fprintf(stderr, "strata-step-profile: %s\nusage: strata-step-profile mlp|cnn [--steps N] [--threads N] [--replicas N] [--one-copy]\n", why);
+  std::fprintf(stderr, "strata-step-profile: %s\nusage: strata-step-profile mlp|cnn [--steps N] [--threads N] [--replicas N] [--one-copy] [--aggregate]\n", why);
   return 2;
 }
 
@@ -42,11 +43,11 @@ int main(int argc, char** argv) {
   const bool cnn = which == "cnn";
   int steps = cnn ? 20 : 300;
   int replicas = 1;
-  bool one_copy = false;
+  bool one_copy = false, aggregate = false;
   for (int i = 2; i < argc; ++i) {
     const std::string flag = argv[i];
-    if (flag == "--one-copy") {
-      one_copy = true;
+    if (flag == "--one-copy" || flag == "--aggregate") {
+      (flag == "--one-copy" ? one_copy : aggregate) = true;
       continue;
     }
     if ((flag != "--steps" && flag != "--threads" && flag != "--replicas") || i + 1 >= argc) {
@@ -62,7 +63,10 @@ int main(int argc, char** argv) {
     const int64_t batch = cnn ? 64 : 128;
     std::unique_ptr<distribute::Strategy> mirrored;
     if (replicas > 1) {
-      mirrored = std::make_unique<distribute::MirroredStrategy>(distribute::MirroredStrategy::cpu_devices(replicas));
+      distribute::CommunicationOptions comm;
+      comm.aggregate_gradients_in_backward = aggregate;
+      mirrored = std::make_unique<distribute::MirroredStrategy>(distribute::MirroredStrategy::cpu_devices(replicas),
+                                                                distribute::CrossDeviceOps::Default, comm);
       if (one_copy) mirrored->set_share_cpu_variables(true);
     }
     distribute::Strategy& strategy = mirrored ? *mirrored : distribute::DefaultStrategy::instance();

@@ -36,6 +36,14 @@ struct CommunicationOptions {
   // on a communication thread, while backward goes on (PyTorch DDP); false: one
   // reduction of every gradient in apply_gradients, after backward.
   bool overlap_gradient_reduction = true;
+  // GradientTape::gradient returns the gradients already summed over the replicas, as
+  // PyTorch DDP leaves them in param.grad after backward, instead of each replica's own
+  // (TensorFlow's); apply_gradients then takes the gradients it is given as sums, so a
+  // step may clip or log them, but must not hand it per-replica gradients of its own. In
+  // one process on CPU devices the weight gradients of matmuls are then summed straight
+  // from their factors (distribute/gradient_reducer.h): no per-replica product, no fold.
+  // Needs overlap_gradient_reduction and no optimizer-state sharding.
+  bool aggregate_gradients_in_backward = false;
   // Multi-process CPU backends (Gloo): when every rank runs on this machine, all_reduce
   // goes through one shared-memory segment instead of loopback TCP
   // (distribute/collective/shared_memory_group.h); other collectives stay on TCP. Off, or

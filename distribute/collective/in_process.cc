@@ -9,6 +9,7 @@
 #include <strata/core/dispatch.h>
 #include <strata/core/ops.h>
 #include <strata/core/poll.h>
+#include <strata/kernels/cpu/gemm.h>
 
 namespace strata::distribute {
 
@@ -409,6 +410,83 @@ Tensor InProcessCommunicator::reduce_parts(const std::vector<Tensor>& parts, con
   // Read before the barrier: after it, rank 0 may start its next collective.
   const Tensor result = shared ? g.inputs[0] : output;
   g.sync(rank_, what + "/reduced");  // the parts are read, and the outputs written, until here
+  return result;
+}
+
+namespace {
+
+// transpose(a) @ b for the rows [row0, row0 + rows) of the product, into c (ldc n), plus
+// c when accumulate: the kernel and operands of matmul(a, b, true, false) on those rows.
+template <typename T>
+void product_rows(const Tensor& a, const Tensor& b, int64_t row0, int64_t rows, bool accumulate, T* c) {
+  const int64_t k = a.dim(0), m = a.dim(1), n = b.dim(1);
+  const T* pa = a.data<T>() + row0;
+  const T* pb = b.data<T>();
+  const T beta = accumulate ? T(1) : T(0);
+  if constexpr (std::is_same_v<T, float>) {
+    cpu_kernels::gemm(cpu_kernels::choose_gemm_kernel(m, n, k), true, false, rows, n, k, pa, m, pb, n, beta, c, n);
+  } else {
+    cpu_kernels::gemm(true, false, rows, n, k, pa, m, pb, n, beta, c, n);
+  }
+}
+
+}  // namespace
+
+Tensor InProcessCommunicator::sum_products_shared(const Tensor& a, const Tensor& b, const Tensor& output,
+                                                  const std::string& what) {
+  autograd::StopRecording no_tape;
+  auto check_factor = [&](const Tensor& t, const char* name) {
+    STRATA_CHECK(t.defined() && t.ndim() == 2 && t.is_contiguous() && t.device().is_cpu() &&
+                     (t.dtype() == kFloat32 || t.dtype() == kFloat64) && t.dtype() == output.dtype(),
+                 what, ": factor ", name, " must be a contiguous 2-D CPU tensor of the output's dtype (",
+                 dtype_name(output.dtype()), "), got ",
+                 t.defined() ? std::string(dtype_name(t.dtype())) + shape_str(t.shape()) + " on " + t.device().str()
+                             : std::string("undefined"));
+  };
+  check_factor(a, "a");
+  check_factor(b, "b");
+  const int64_t m = a.dim(1), n = b.dim(1);
+  STRATA_CHECK(a.dim(0) == b.dim(0), what, ": the factors' rows differ: a ", shape_str(a.shape()), ", b ",
+               shape_str(b.shape()));
+  STRATA_CHECK(output.defined() && output.is_contiguous() && output.device().is_cpu() && output.numel() == m * n,
+               what, ": the output must be a contiguous CPU tensor of ", m * n, " elements, got ",
+               output.defined() ? shape_str(output.shape()) : std::string("undefined"));
+  InProcessGroup& g = *group_;
+  const int ranks = g.size();
+  g.publish(rank_, what, output);
+  g.input_lists[size_t(rank_)] = {a, b};
+  g.sync(rank_, what);
+  g.run_phase(what, [&] {
+    for (int r = 0; r < ranks; ++r) {
+      const std::vector<Tensor>& theirs = g.input_lists[size_t(r)];
+      STRATA_CHECK(theirs.size() == 2 && theirs[0].dim(1) == m && theirs[1].dim(1) == n &&
+                       theirs[0].dtype() == a.dtype(),
+                   what, ": replica ", r, "'s factors ", shape_str(theirs[0].shape()), " and ",
+                   shape_str(theirs[1].shape()), " do not match replica ", rank_, "'s ", shape_str(a.shape()), " and ",
+                   shape_str(b.shape()));
+    }
+    // Blocks of whole 12-row tiles, so that each block is computed as in the whole product.
+    const int64_t tiles = (m + 11) / 12;
+    auto [first, last] = slice_range(tiles, ranks, rank_);
+    const int64_t row0 = first * 12, rows = std::min(m, last * 12) - row0;
+    if (rows <= 0) return;
+    const Tensor& sums = g.inputs[0];
+    for (int r = 0; r < ranks; ++r) {
+      const std::vector<Tensor>& f = g.input_lists[size_t(r)];
+      if (f[0].dim(0) == 0 && r > 0) continue;  // an empty batch adds nothing
+      if (sums.dtype() == kFloat32) {
+        float* c = sums.data<float>() + row0 * n;
+        if (f[0].dim(0) == 0) std::fill(c, c + rows * n, 0.0f);
+        else product_rows<float>(f[0], f[1], row0, rows, r > 0, c);
+      } else {
+        double* c = sums.data<double>() + row0 * n;
+        if (f[0].dim(0) == 0) std::fill(c, c + rows * n, 0.0);
+        else product_rows<double>(f[0], f[1], row0, rows, r > 0, c);
+      }
+    }
+  });
+  const Tensor result = g.inputs[0];
+  g.sync(rank_, what + "/reduced");  // the factors are read, and the sums written, until here
   return result;
 }
 

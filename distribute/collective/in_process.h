@@ -121,6 +121,16 @@ class InProcessCommunicator final : public Communicator {
   // shared: read it, never write it.
   Tensor all_reduce_parts_shared(const std::vector<Tensor>& parts, const Tensor& output, ReduceOp op,
                                  const std::string& what);
+  // The sum over the ranks of their products transpose(a_r) @ b_r (a_r [k_r, m], b_r
+  // [k_r, n], contiguous float32 or float64 on logical CPU devices: the weight gradients of
+  // a matmul), computed once: each rank computes a block of rows of the sum, straight
+  // from every rank's factors, into rank 0's `output` (flat, m n elements), which every
+  // rank gets back (shared: read it, never write it). Row i is rank 0's product plus rank
+  // 1's, and so on, each product by the kernel matmul would choose for it, so the sums
+  // are bitwise those of each rank's matmul folded by all_reduce_parts_shared, without
+  // those products ever being written: half the output traffic and no fold pass. Ranks
+  // are matched by `what`.
+  Tensor sum_products_shared(const Tensor& a, const Tensor& b, const Tensor& output, const std::string& what);
   void broadcast(const Tensor& buffer, int root) override;
   void all_gather(const Tensor& input, const Tensor& output) override;
   void reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op) override;

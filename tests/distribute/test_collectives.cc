@@ -204,6 +204,46 @@ TEST_CASE("all_reduce_parts: a bucket summed straight from unpacked parts equals
   }
 }
 
+TEST_CASE("sum_products_shared: the replicas' weight gradients summed from factors equal each product folded, bitwise") {
+  // The MLP's weight-gradient shapes (OpenBLAS and the direct kernel, 12-row blocks split
+  // across the ranks), replicas with uneven batches and an empty one, float32 and float64.
+  struct Case {
+    int64_t m, n;
+    std::vector<int64_t> k;  // each replica's batch
+    DType dtype;
+  };
+  const std::vector<Case> cases{{784, 512, {64, 64}, kFloat32},   {512, 10, {64, 64}, kFloat32},
+                                {300, 200, {40, 33, 7}, kFloat32}, {61, 37, {5, 0, 9, 3}, kFloat32},
+                                {130, 70, {20, 21}, kFloat64}};
+  for (const Case& c : cases) {
+    const int n = int(c.k.size());
+    INFO(c.m << "x" << c.n << " over " << n << " replicas, " << dtype_name(c.dtype));
+    MirroredStrategy strategy(MirroredStrategy::cpu_devices(n));
+    auto results = strategy.run([&] {
+      const int r = get_replica_context()->replica_id_in_sync_group();
+      InProcessCommunicator& comm = strategy.replica_context(r).communicator();
+      const Tensor a = random_tensor({c.k[size_t(r)], c.m}, c.dtype, uint32_t(10 + r));
+      const Tensor b = random_tensor({c.k[size_t(r)], c.n}, c.dtype, uint32_t(20 + r));
+      const Tensor sums = comm.sum_products_shared(a, b, Tensor::empty({c.m * c.n}, c.dtype), "product");
+      // The reference: each replica's matmul, folded in rank order.
+      const Tensor folded = comm.all_reduce_parts_shared({matmul(a, b, true, false)}, Tensor::empty({c.m * c.n}, c.dtype),
+                                                         ReduceOp::Sum, "folded");
+      return std::vector<Tensor>{sums.clone(), folded.clone()};
+    });
+    for (int r = 0; r < n; ++r) {
+      REQUIRE(bitwise_equal(results[size_t(r)][0], results[size_t(r)][1]));
+      REQUIRE(bitwise_equal(results[size_t(r)][0], results[0][0]));
+    }
+  }
+  MirroredStrategy strategy(MirroredStrategy::cpu_devices(2));
+  REQUIRE_THROWS_WITH(strategy.run([&] {
+    const int r = get_replica_context()->replica_id_in_sync_group();
+    strategy.replica_context(r).communicator().sum_products_shared(ones({4, r == 1 ? 3 : 2}), ones({4, 5}),
+                                                                   Tensor::empty({r == 1 ? 15 : 10}), "product");
+  }),
+                      Catch::Contains("do not match replica"));
+}
+
 TEST_CASE("a replica that throws releases the others blocked in a collective, within a second") {
   for (CrossDeviceOps ops : {CrossDeviceOps::ReductionToOneDevice, CrossDeviceOps::HierarchicalCopyAllReduce}) {
     for (int n : {2, 4}) {

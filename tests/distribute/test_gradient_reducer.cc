@@ -22,6 +22,7 @@
 #include <strata/distribute/collective/gloo_communicator.h>
 #include <strata/distribute/distributed_dataset.h>
 #include <strata/distribute/gradient_reducer.h>
+#include <strata/distribute/local_replica_context.h>
 #include <strata/distribute/loss_scaling.h>
 #include <strata/distribute/strategy.h>
 #include <strata/train/losses.h>
@@ -381,6 +382,85 @@ TEST_CASE("gradient reducer: every strategy trains bitwise the same with and wit
   const auto single = train(DefaultStrategy::instance(), Variant::Plain);
   const auto mirrored = train(*make("mirrored(2)", {}), Variant::Plain);
   REQUIRE(std::abs(single[0].item<float>() - mirrored[0].item<float>()) <= 1e-5f * std::abs(single[0].item<float>()));
+}
+
+TEST_CASE("gradient reducer: aggregating in backward trains bitwise the same as reducing in apply_gradients",
+          "[reducer]") {
+  for (const std::string kind : {"mirrored(2)", "mirrored(3, hierarchical)", "mirrored(4)", "central_storage(2)"}) {
+    for (Variant variant : {Variant::Plain, Variant::UnusedVariable}) {
+      for (int64_t pack : {int64_t(0), int64_t(512)}) {
+        INFO(kind << ", variant " << int(variant) << ", bytes_per_pack " << pack);
+        CommunicationOptions usual;
+        usual.bytes_per_pack = pack;
+        CommunicationOptions aggregated = usual;
+        aggregated.aggregate_gradients_in_backward = true;
+        REQUIRE(bitwise_equal(train(*make(kind, usual), variant), train(*make(kind, aggregated), variant)));
+      }
+    }
+  }
+}
+
+TEST_CASE("gradient reducer: aggregating in backward, GradientTape::gradient returns the replicas' sums", "[reducer]") {
+  // The same weights and per-replica batches under both options: the usual mode's
+  // per-replica gradients, folded in rank order, are what the aggregating mode's tape
+  // returns on every replica; its three kernels' gradients were summed from factors.
+  auto run = [](bool aggregate) {
+    CommunicationOptions o;
+    o.aggregate_gradients_in_backward = aggregate;
+    MirroredStrategy strategy(MirroredStrategy::cpu_devices(2), CrossDeviceOps::Default, o);
+    nn::Sequential model;
+    {
+      auto scope = strategy.scope();
+      model = nn::Sequential{nn::Dense(40, 30, {.kernel_initializer = nn::glorot_uniform(1)}), nn::ReLU(),
+                             nn::Dense(30, 20, {.kernel_initializer = nn::glorot_uniform(2)}), nn::ReLU(),
+                             nn::Dense(20, 5, {.kernel_initializer = nn::glorot_uniform(3)})};
+    }
+    auto vars = model.trainable_variables();
+    std::vector<size_t> products(2);
+    auto per_replica = strategy.run([&] {
+      const int r = get_replica_context()->replica_id_in_sync_group();
+      autograd::GradientTape tape;
+      Tensor loss = sum(square(model(random::uniform({8 + 4 * r, 40}, uint64_t(50 + r), -1.0, 1.0))));
+      auto grads = tape.gradient(loss, vars);
+      auto* local = dynamic_cast<LocalReplicaContext*>(get_replica_context());
+      products[size_t(r)] = local->gradient_hook()->product_buckets_launched();
+      std::vector<Tensor> out;
+      for (const Tensor& g : grads) out.push_back(g.clone());
+      return out;
+    });
+    return std::make_pair(per_replica, products);
+  };
+  const auto [usual, usual_products] = run(false);
+  const auto [aggregated, products] = run(true);
+  CHECK(usual_products == std::vector<size_t>{0, 0});
+  CHECK(products == std::vector<size_t>{3, 3});
+  REQUIRE(usual[0].size() == 6);
+  for (size_t v = 0; v < usual[0].size(); ++v) {
+    INFO("variable " << v);
+    const Tensor sum_of_replicas = usual[0][v] + usual[1][v];
+    REQUIRE(bitwise_equal({aggregated[0][v]}, {sum_of_replicas}));
+    REQUIRE(bitwise_equal({aggregated[1][v]}, {sum_of_replicas}));
+  }
+}
+
+TEST_CASE("gradient reducer: aggregating in backward is refused with ZeRO-1 or without overlap", "[reducer]") {
+  for (bool zero : {false, true}) {
+    CommunicationOptions o;
+    o.aggregate_gradients_in_backward = true;
+    o.overlap_gradient_reduction = zero;
+    MirroredStrategy strategy(MirroredStrategy::cpu_devices(2), CrossDeviceOps::Default, o);
+    if (zero) strategy.set_shard_optimizer_state(true);
+    Variable w;
+    {
+      auto scope = strategy.scope();
+      w = Variable(ones({3}));
+    }
+    REQUIRE_THROWS_WITH(strategy.run([&] {
+      autograd::GradientTape tape;
+      (void)tape.gradient(sum(w.read()), std::vector<Variable>{w});
+    }),
+                        Contains("aggregate_gradients_in_backward needs overlap_gradient_reduction on"));
+  }
 }
 
 TEST_CASE("gradient reducer: a replica failing with buckets in flight releases the others", "[reducer]") {
