@@ -47,6 +47,7 @@ struct Config {
   // ZeRO-1: each replica keeps only its share of the optimizer state (docs/ZERO.md).
   bool shard_optimizer_state = false;
   bool share_cpu_variables = false;
+  bool aggregate_gradients_in_backward = false;
   std::string restore_checkpoint;
 };
 
@@ -159,6 +160,7 @@ std::unique_ptr<distribute::Strategy> build_strategy(const Config& c) {
                                    : c.communication == "ring" ? distribute::CommunicationImplementation::Ring
                                                                : distribute::CommunicationImplementation::Auto;
   o.communication.stall_timeout_seconds = c.collective_timeout;
+  o.communication.aggregate_gradients_in_backward = c.aggregate_gradients_in_backward;
   o.communication.timeout_seconds =
       c.collective_hard_timeout > 0 ? c.collective_hard_timeout : std::max(300.0, c.collective_timeout);
   STRATA_CHECK(o.communication.timeout_seconds >= c.collective_timeout, "--collective-hard-timeout (",
@@ -412,6 +414,7 @@ int run(const Config& c) {
   const optim::OptimizerStateBytes state_bytes = optim::optimizer_state_bytes(opt);
   report["shard_optimizer_state"] = strategy->shard_optimizer_state();
   report["share_cpu_variables"] = strategy->share_cpu_variables();
+  report["aggregate_gradients_in_backward"] = strategy->communication_options().aggregate_gradients_in_backward;
   report["optimizer_state_bytes_per_replica"] = state_bytes.per_replica;
   report["optimizer_state_bytes_total"] = state_bytes.total;
   if (chief) {
@@ -497,6 +500,10 @@ int main(int argc, char** argv) {
                "mirrored, multi_worker with several replicas on logical CPU devices: one copy of each variable and "
                "of its optimizer slots that the local replicas share, its update split between them "
                "(Strategy::set_share_cpu_variables); the same results, 1/replicas of the memory");
+  app.add_flag("--aggregate-gradients-in-backward", c.aggregate_gradients_in_backward,
+               "mirrored, multi_worker, central_storage: the gradient tape returns the gradients summed over the "
+               "replicas, as PyTorch DDP (CommunicationOptions::aggregate_gradients_in_backward); the same results, "
+               "with replicas of one process on CPU devices summing each weight gradient from its factors");
   app.add_flag("--quiet", c.quiet, "no progress output");
   app.add_flag("--verbose", c.verbose, "progress after every loop");
   try {

@@ -398,6 +398,12 @@ TEST_CASE("gradient reducer: aggregating in backward trains bitwise the same as 
       }
     }
   }
+  // One copy of the variables that both replicas update in halves (the bench's fastest).
+  CommunicationOptions aggregated;
+  aggregated.aggregate_gradients_in_backward = true;
+  auto one_copy = make("mirrored(2)", aggregated);
+  one_copy->set_share_cpu_variables(true);
+  REQUIRE(bitwise_equal(train(*make("mirrored(2)", {}), Variant::Plain), train(*one_copy, Variant::Plain)));
 }
 
 TEST_CASE("gradient reducer: aggregating in backward, GradientTape::gradient returns the replicas' sums", "[reducer]") {

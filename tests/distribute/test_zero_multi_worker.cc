@@ -4,7 +4,8 @@
 // and all-gather) trains bitwise as without it (same checkpoint tensors, same losses), holds
 // a quarter of the optimizer state per replica, and its checkpoints (the whole slots,
 // gathered from both workers) resume unsharded jobs and the other way round; with each
-// worker's replicas sharing one copy of the variables (--share-cpu-variables), the same.
+// worker's replicas sharing one copy of the variables (--share-cpu-variables), the same,
+// and with the gradients aggregated in backward (--aggregate-gradients-in-backward).
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
@@ -27,7 +28,8 @@ using strata::testing::TempDir;
 
 // strata-train under strata-launch: 2 workers x 2 replicas, Adam, up to `steps` (resuming
 // what `model_dir` holds); returns the chief's report.
-nlohmann::json train_job(const fs::path& model_dir, int steps, bool shard, bool one_copy = false) {
+nlohmann::json train_job(const fs::path& model_dir, int steps, bool shard, bool one_copy = false,
+                         bool aggregate = false) {
   const fs::path report = model_dir.string() + "-report.json";
   std::vector<std::string> argv{STRATA_LAUNCH_BIN, "--workers", "2", "--replicas-per-worker", "2", "--timeout", "150",
                                 "--",
@@ -37,6 +39,7 @@ nlohmann::json train_job(const fs::path& model_dir, int steps, bool shard, bool 
                                 model_dir.string(), "--report", report.string()};
   if (shard) argv.push_back("--shard-optimizer-state");
   if (one_copy) argv.push_back("--share-cpu-variables");
+  if (aggregate) argv.push_back("--aggregate-gradients-in-backward");
   auto r = strata::testing::run_process(argv, {}, 180.0);
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
@@ -82,7 +85,10 @@ TEST_CASE("ZeRO-1 across 2 workers x 2 replicas: bitwise as without it, and chec
   const nlohmann::json one_copy = train_job(dir.path / "one_copy", 20, false, true);
   const nlohmann::json one_copy_sharded = train_job(dir.path / "one_copy_sharded", 20, true, true);
   CHECK(one_copy["share_cpu_variables"] == true);
-  for (const nlohmann::json* run : {&one_copy, &one_copy_sharded}) {
+  // The gradient tape returning the sums (aggregate_gradients_in_backward): the same bits.
+  const nlohmann::json aggregated = train_job(dir.path / "aggregated", 20, false, true, true);
+  CHECK(aggregated["aggregate_gradients_in_backward"] == true);
+  for (const nlohmann::json* run : {&one_copy, &one_copy_sharded, &aggregated}) {
     CHECK((*run)["final_train_loss"] == plain["final_train_loss"]);
     CHECK(same_tensors(reported_checkpoint_tensors(*run), reported_checkpoint_tensors(plain)));
   }
