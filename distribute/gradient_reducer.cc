@@ -138,7 +138,7 @@ Tensor GradientReducer::product_ready(const autograd::Variable& variable, const 
   autograd::StopRecording no_tape;
   const int64_t m = a.dim(1), n = b.dim(1);
   const DType dtype = a.dtype();
-  Tensor placeholder = broadcast_to(Tensor::scalar(0.0, dtype), {m, n});
+  Tensor placeholder = broadcast_to(Tensor::scalar(0.0, dtype, a.device()), {m, n});
   Bucket bucket;
   bucket.dtype = dtype;
   bucket.names.push_back(variable.name());
