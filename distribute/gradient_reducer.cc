@@ -136,8 +136,12 @@ bool GradientReducer::accepts_products() const {
 Tensor GradientReducer::product_ready(const autograd::Variable& variable, const Tensor& a, const Tensor& b) {
   STRATA_CHECK(accepts_products(), "GradientReducer: product gradients without a product transport (internal error)");
   autograd::StopRecording no_tape;
-  const int64_t m = a.dim(1), n = b.dim(1);
   const DType dtype = a.dtype();
+  // The transport sums float32 and float64 CPU products (its kernels); any other product
+  // is computed here and reduced like every gradient (the same choice on every replica).
+  if ((dtype != kFloat32 && dtype != kFloat64) || !a.device().is_cpu())
+    return GradientReadyHook::product_ready(variable, a, b);
+  const int64_t m = a.dim(1), n = b.dim(1);
   Tensor placeholder = broadcast_to(Tensor::scalar(0.0, dtype, a.device()), {m, n});
   Bucket bucket;
   bucket.dtype = dtype;

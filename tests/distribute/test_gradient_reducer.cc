@@ -449,6 +449,41 @@ TEST_CASE("gradient reducer: aggregating in backward, GradientTape::gradient ret
   }
 }
 
+TEST_CASE("gradient reducer: aggregating in backward, products of other dtypes are computed per replica and summed",
+          "[reducer]") {
+  // Only float32 and float64 products are summed from factors; a float16 (or bfloat16)
+  // weight's gradient is computed by each replica and reduced like any other gradient.
+  for (DType dtype : {kFloat16, kBFloat16, kFloat64}) {
+    INFO(dtype_name(dtype));
+    auto run = [&](bool aggregate) {
+      CommunicationOptions o;
+      o.aggregate_gradients_in_backward = aggregate;
+      MirroredStrategy strategy(MirroredStrategy::cpu_devices(2), CrossDeviceOps::Default, o);
+      Variable w;
+      {
+        auto scope = strategy.scope();
+        w = Variable(cast(random::uniform({6, 3}, uint64_t(5), -1.0, 1.0), dtype));
+      }
+      std::vector<size_t> products(2);
+      auto grads = strategy.run([&] {
+        const int r = get_replica_context()->replica_id_in_sync_group();
+        autograd::GradientTape tape;
+        const Tensor x = cast(random::uniform({4, 6}, uint64_t(60 + r), -1.0, 1.0), dtype);
+        auto g = tape.gradient(sum(square(matmul(x, w.read()))), std::vector<Variable>{w});
+        products[size_t(r)] = dynamic_cast<LocalReplicaContext*>(get_replica_context())->gradient_hook()->product_buckets_launched();
+        return g[0].clone();
+      });
+      return std::make_pair(grads, products);
+    };
+    const auto [usual, none] = run(false);
+    const auto [aggregated, products] = run(true);
+    CHECK(products == std::vector<size_t>{dtype == kFloat64 ? 1u : 0u, dtype == kFloat64 ? 1u : 0u});
+    const Tensor sum_of_replicas = usual[0] + usual[1];
+    REQUIRE(bitwise_equal({aggregated[0]}, {sum_of_replicas}));
+    REQUIRE(bitwise_equal({aggregated[1]}, {sum_of_replicas}));
+  }
+}
+
 TEST_CASE("gradient reducer: aggregating in backward is refused with ZeRO-1 or without overlap", "[reducer]") {
   for (bool zero : {false, true}) {
     CommunicationOptions o;
