@@ -22,14 +22,15 @@ class GradientReadyHook {
   // The backward pass finished (normally): every gradient it will report was reported.
   virtual void backward_done() = 0;
 
-  // Product gradients. A hook that accepts them is handed, instead of a computed
-  // gradient, the factors of a variable's gradient when its only contribution is the
-  // weight gradient of a 2-D matmul `x @ variable`: the gradient is transpose(a) @ b
-  // (a = x [k, m], b = the output's gradient [k, n]), and the hook computes it (a strategy
-  // may compute the replicas' sum of such products at once instead of each replica's
-  // product and then their sum). product_ready returns the tensor gradient() reports for
-  // the variable, which must be final_gradient's argument later; it is final at once.
-  virtual bool accepts_products() const { return false; }
+  // Product gradients. A hook that accepts them (for the product's dtype and device) is
+  // handed, instead of a computed gradient, the factors of a variable's gradient when its
+  // only contribution is the weight gradient of a 2-D matmul `x @ variable`: the gradient
+  // is transpose(a) @ b (a = x [k, m], b = the output's gradient [k, n]), and the hook
+  // computes it (a strategy may compute the replicas' sum of such products at once instead
+  // of each replica's product and then their sum). product_ready returns the tensor
+  // gradient() reports for the variable, which must be final_gradient's argument later;
+  // it is final at once. The default computes the product and reports it.
+  virtual bool accepts_product(DType dtype, const Device& device) const { return false; }
   virtual Tensor product_ready(const Variable& variable, const Tensor& a, const Tensor& b);
   // After backward_done: what gradient() returns in place of a gradient it reported
   // (itself, unless the hook says otherwise, e.g. the replicas' sum of it).

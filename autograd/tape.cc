@@ -226,7 +226,7 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
   std::unordered_map<uint64_t, size_t> hooked_index;  // source id -> its entry in hooked
   // Product gradients (gradient_hook.h): not while another tape records this backward
   // pass, whose gradients must then be taped ops.
-  const bool products = hook && hook->accepts_products() && !is_recording();
+  const bool products = hook && !is_recording();
   if (hook) {
     for (const Variable& v : variables_) {
       const uint64_t id = v.value().id();
@@ -291,7 +291,8 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
     if (products && node.op == OpId::MatMul && node.input_ids.size() == 2 && node.inputs.size() == 2 &&
         !node.attrs.transpose_a && !node.attrs.transpose_b && (wanted & 2) != 0 &&
         node.input_ids[0] != node.input_ids[1] && node.input_meta[0].shape.size() == 2 &&
-        node.input_meta[1].shape.size() == 2 && g.ndim() == 2) {
+        node.input_meta[1].shape.size() == 2 && g.ndim() == 2 &&
+        hook->accepts_product(node.input_meta[1].dtype, node.input_meta[1].device)) {
       const uint64_t id = node.input_ids[1];
       auto at = hooked_index.find(id);
       if (at != hooked_index.end() && oldest_use.at(id) == i && !grads.contains(id)) {

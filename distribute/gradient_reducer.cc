@@ -125,8 +125,9 @@ void GradientReducer::submit(Bucket bucket, const std::string& what, std::functi
   launched_.push_back(std::move(bucket));
 }
 
-bool GradientReducer::accepts_products() const {
-  return options_.aggregate && bool(product_transport_) && thread_ != nullptr;
+bool GradientReducer::accepts_product(DType dtype, const Device& device) const {
+  return options_.aggregate && bool(product_transport_) && thread_ != nullptr &&
+         (dtype == kFloat32 || dtype == kFloat64) && device.is_cpu();
 }
 
 // A bucket of its own, launched at once: every replica reaches this point of its backward
@@ -134,13 +135,10 @@ bool GradientReducer::accepts_products() const {
 // The tape gets a placeholder of the gradient's shape (a broadcast zero, no memory) that
 // final_gradient exchanges for the sums.
 Tensor GradientReducer::product_ready(const autograd::Variable& variable, const Tensor& a, const Tensor& b) {
-  STRATA_CHECK(accepts_products(), "GradientReducer: product gradients without a product transport (internal error)");
-  autograd::StopRecording no_tape;
   const DType dtype = a.dtype();
-  // The transport sums float32 and float64 CPU products (its kernels); any other product
-  // is computed here and reduced like every gradient (the same choice on every replica).
-  if ((dtype != kFloat32 && dtype != kFloat64) || !a.device().is_cpu())
-    return GradientReadyHook::product_ready(variable, a, b);
+  STRATA_CHECK(accepts_product(dtype, a.device()), "GradientReducer: a ", dtype_name(dtype), " product on ",
+               a.device(), " it does not accept (internal error)");
+  autograd::StopRecording no_tape;
   const int64_t m = a.dim(1), n = b.dim(1);
   Tensor placeholder = broadcast_to(Tensor::scalar(0.0, dtype, a.device()), {m, n});
   Bucket bucket;

@@ -112,8 +112,9 @@ class GradientReducer final : public autograd::GradientReadyHook {
 
   void gradient_ready(const autograd::Variable& variable, const Tensor& gradient) override;
   void backward_done() override;
-  // With Options::aggregate, a communication thread and a product transport.
-  bool accepts_products() const override;
+  // With Options::aggregate, a communication thread and a product transport: float32 and
+  // float64 products on the CPU (what the transport's kernels sum).
+  bool accepts_product(DType dtype, const Device& device) const override;
   Tensor product_ready(const autograd::Variable& variable, const Tensor& a, const Tensor& b) override;
   // With Options::aggregate: the sums of a gradient this replica reported (views of its
   // bucket's sums); otherwise `reported` itself.

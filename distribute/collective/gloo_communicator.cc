@@ -347,7 +347,8 @@ std::shared_ptr<gloo::Context> GlooCommunicator::connect_mesh() {
     }
     if (size_ == 1) return context;
     const std::string verdicts = prefix + "/mesh/" + std::to_string(attempt) + "/connected/";
-    store.set(verdicts + std::to_string(rank_), error.empty() ? "connected" : "failed: " + error);
+    static const std::string kFailed = "failed: ";  // a verdict: "connected", or this and why
+    store.set(verdicts + std::to_string(rank_), error.empty() ? "connected" : kFailed + error);
     std::vector<std::string> keys;
     for (int r = 0; r < size_; ++r) keys.push_back(verdicts + std::to_string(r));
     try {
@@ -356,9 +357,7 @@ std::shared_ptr<gloo::Context> GlooCommunicator::connect_mesh() {
       std::vector<int> missing;
       for (int r = 0; r < size_; ++r)
         if (!store.check({keys[size_t(r)]})) missing.push_back(r);
-      int first_gone = -1;
-      bool unreachable = false;
-      const std::string gone = gone_ranks(&first_gone, &unreachable);
+      const std::string gone = gone_ranks();
       fail("gloo: ", options_.member, " ", rank_, " of ", size_, " could not connect group '", prefix, "': ",
            options_.member, "(s) ", rank_list(missing), " did not finish connection attempt ", attempt + 1,
            " within ", seconds_str(timeout), gone.empty() ? "" : " (" + gone + ")",
@@ -366,16 +365,14 @@ std::shared_ptr<gloo::Context> GlooCommunicator::connect_mesh() {
     }
     std::string failed;  // "rank 2: connect ...: Connection refused; ..."
     for (int r = 0; r < size_; ++r) {
-      const std::string v = r == rank_ ? "failed: " + error : store.get(keys[size_t(r)], timeout);
-      const std::string e = r == rank_ ? error : v.rfind("failed: ", 0) == 0 ? v.substr(8) : std::string();
-      if (!e.empty()) failed += (failed.empty() ? "" : "; ") + options_.member + " " + std::to_string(r) + ": " + e;
+      const std::string verdict = r == rank_ ? std::string() : store.get(keys[size_t(r)], timeout);
+      const std::string why = r == rank_ ? error : verdict.starts_with(kFailed) ? verdict.substr(kFailed.size()) : "";
+      if (!why.empty()) failed += (failed.empty() ? "" : "; ") + options_.member + " " + std::to_string(r) + ": " + why;
     }
     if (failed.empty()) return context;
     context.reset();  // closes this rank's pairs before the group's next attempt
     if (last) {
-      int first_gone = -1;
-      bool unreachable = false;
-      const std::string gone = gone_ranks(&first_gone, &unreachable);
+      const std::string gone = gone_ranks();
       fail("gloo: ", options_.member, " ", rank_, " of ", size_, " could not connect group '", prefix, "' in ",
            kConnectAttempts, " attempts", gone.empty() ? "" : ": " + gone, "; the last failed on ", failed);
     }
@@ -422,8 +419,12 @@ void GlooCommunicator::check_usable(const char* op) const {
 
 // Members whose store liveness key is gone, i.e. whose process closed its store
 // connection. A member that died a moment ago may still look alive to the store, so look
-// a few times. Sets *first_gone (the lowest gone rank) and *store_unreachable.
+// a few times. Sets *first_gone (the lowest gone rank) and *store_unreachable when given.
 std::string GlooCommunicator::gone_ranks(int* first_gone, bool* store_unreachable) {
+  int unused_rank;
+  bool unused_flag;
+  if (!first_gone) first_gone = &unused_rank;
+  if (!store_unreachable) store_unreachable = &unused_flag;
   *first_gone = -1;
   *store_unreachable = false;
   const std::string& member = options_.member;

@@ -188,7 +188,7 @@ class GlooCommunicator final : public Communicator {
   [[noreturn]] void fail_call(const Call& call, const std::string& cause);
   struct Diagnosis;
   Diagnosis diagnose();
-  std::string gone_ranks(int* first_gone, bool* store_unreachable);
+  std::string gone_ranks(int* first_gone = nullptr, bool* store_unreachable = nullptr);
   // Shuts down this member's Gloo sockets so that a collective blocked on a stalled peer
   // returns (called by the heartbeat thread).
   void abort_connections();
