@@ -4,7 +4,7 @@
 # scripts/gpu-carry.sh filled third_party_carry/ here (README: "Checking the CUDA backend on
 # a lent GPU"):
 #
-#   bash scripts/gpu-check.sh [all|build|test|bench]      (default: all)
+#   bash scripts/gpu-check.sh [all|gpu|build|test|bench]  (default: all)
 #
 #   build  finds cuDNN/NCCL (the system's, else PyTorch's nvidia-* wheels) and says which;
 #          configures build-gpucheck/ with CUDA ON for sm_90 only, without OpenBLAS,
@@ -21,6 +21,8 @@
 #          2 logical replicas) and bench/compare/torch_gpu.py (PyTorch, same GPU, same
 #          call), merged with ratios
 #   all    all three, most valuable first (the emulation tests, which need no GPU, last)
+#   gpu    all, less what needs no GPU (the emulation tests, strata-golden and strata-train
+#          on the CPU; CI runs those): the shortest full check, for a lease of minutes
 #
 # test and bench build what they need first (a no-op when an earlier call on the same
 # machine built it; a fresh machine starts bare). Each stage runs under `timeout`, inside a
@@ -44,9 +46,9 @@ cd "$(dirname "$0")/.."
 root=$PWD
 mode=${1:-all}
 case "$mode" in
-  all | build | test | bench) ;;
+  all | gpu | build | test | bench) ;;
   *)
-    echo "usage: scripts/gpu-check.sh [all|build|test|bench]" >&2
+    echo "usage: scripts/gpu-check.sh [all|gpu|build|test|bench]" >&2
     exit 2
     ;;
 esac
@@ -411,6 +413,17 @@ case "$mode" in
     ;;
   bench)
     ensure_built "${bench_targets[@]}"
+    bench_strata
+    bench_torch
+    ;;
+  gpu)
+    ensure_built strata_cuda_tests strata_cuda_nccl_tests strata-golden strata-train "${bench_targets[@]}"
+    ctest_label cuda 180
+    golden "$device"
+    train "$device" 150
+    train_virtual "$device" 150
+    train "$device" 100 mixed_float16
+    train "$device" 100 mixed_bfloat16
     bench_strata
     bench_torch
     ;;
