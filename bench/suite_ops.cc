@@ -370,22 +370,38 @@ void add_softmax(std::vector<Result>& out, const Options& o, int64_t rows, int64
   }
 }
 
+// conv2d (VALID, stride 1) and, where the input has channels to compute a gradient for, its
+// input gradient, each against the single GEMM the im2col path reduces it to, through
+// OpenBLAS: col W for conv2d, dy W^T (before col2im) for the gradient.
 void add_conv(std::vector<Result>& out, const Options& o, int64_t batch, int64_t hw, int64_t cin, int64_t cout,
               int reps) {
-  const std::string name = "conv2d 3x3 " + std::to_string(batch) + "x" + std::to_string(hw) + "x" +
-                           std::to_string(hw) + "x" + std::to_string(cin) + "->" + std::to_string(cout);
-  if (!o.selects(name)) return;
+  const std::string shape = "3x3 " + std::to_string(batch) + "x" + std::to_string(hw) + "x" + std::to_string(hw) +
+                            "x" + std::to_string(cin);
+  const std::string name = "conv2d " + shape + "->" + std::to_string(cout);
+  const std::string grad = "conv2d_backprop_input " + shape + "<-" + std::to_string(cout);
+  const bool forward = o.selects(name), backward = cin > 1 && o.selects(grad);
+  if (!forward && !backward) return;
   Tensor x = randn({batch, hw, hw, cin}, 6), w = randn({3, 3, cin, cout}, 7);
   const int64_t oh = hw - 2;
-  const double flops = 2.0 * double(batch * oh * oh) * double(9 * cin) * double(cout);
-  Timing t = time_it([&] { conv2d(x, w, {1, 1}, Padding::Valid); }, reps);
-  // Baseline: the single GEMM an im2col convolution reduces to, through OpenBLAS.
   const int64_t m = batch * oh * oh, k = 9 * cin;
-  Tensor col = randn({m, k}, 8);
-  std::vector<float> c(static_cast<size_t>(m * cout));
-  Timing tb = time_reference_sgemm(m, cout, k, col.data<float>(), w.data<float>(), c.data(), num_threads(), reps);
-  out.push_back({"ops", name, flops / t.median_s / 1e9, "GFLOP/s", t.spread(), std::string(kBlasName) + " of the im2col GEMM",
-                 flops / tb.median_s / 1e9});
+  const double flops = 2.0 * double(m) * double(k) * double(cout);
+  if (forward) {
+    Timing t = time_it([&] { conv2d(x, w, {1, 1}, Padding::Valid); }, reps);
+    Tensor col = randn({m, k}, 8);
+    std::vector<float> c(static_cast<size_t>(m * cout));
+    Timing tb = time_reference_sgemm(m, cout, k, col.data<float>(), w.data<float>(), c.data(), num_threads(), reps);
+    out.push_back({"ops", name, flops / t.median_s / 1e9, "GFLOP/s", t.spread(),
+                   std::string(kBlasName) + " of the im2col GEMM", flops / tb.median_s / 1e9});
+  }
+  if (backward) {
+    Tensor dy = randn({batch, oh, oh, cout}, 9);
+    Timing t = time_it([&] { conv2d_backprop_input(x.shape(), w, dy, {1, 1}, Padding::Valid); }, reps);
+    std::vector<float> dcol(static_cast<size_t>(m * k));
+    Timing tb = time_reference_sgemm(m, k, cout, dy.data<float>(), w.data<float>(), dcol.data(), num_threads(), reps,
+                                     false, true);
+    out.push_back({"ops", grad, flops / t.median_s / 1e9, "GFLOP/s", t.spread(),
+                   std::string(kBlasName) + " of the im2col GEMM", flops / tb.median_s / 1e9});
+  }
 }
 
 }  // namespace

@@ -1,13 +1,16 @@
 // CPU kernels of NHWC convolution (im2col + one GEMM per chunk of images, the chunks split
-// across the pool), its two backward ops, and max/average pooling with their gradients.
+// across the pool; float32 through the direct kernel of conv_direct.h where the CPU has it),
+// its two backward ops, and max/average pooling with their gradients.
 // Padding follows TensorFlow: SAME puts the extra row/column at the bottom/right; average
 // pooling counts only the elements inside the input.
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include <strata/core/dispatch.h>
 #include <strata/core/ops.h>
+#include <strata/kernels/cpu/conv_direct.h>
 #include <strata/kernels/cpu/gemm.h>
 #include <strata/kernels/cpu/loops.h>
 #include <strata/kernels/cpu/scratch.h>
@@ -121,6 +124,103 @@ Chunking chunking(const ConvGeometry& g, size_t elem_bytes) {
   return {images, (g.n + images - 1) / images};
 }
 
+// A valid convolution over a zero-padded input, for the direct kernels (conv_direct.h):
+// conv2d and its filter gradient, or its input gradient at stride 1 (dy padded, the filter
+// flipped).
+struct PaddedConv {
+  const float* input;       // n images of h x w x c, one after the other
+  int64_t n, h, w, c;
+  int64_t pad_top, pad_left;  // zeros before the image; after it as far as the taps read
+  int64_t kh, kw, sh, sw;
+  int64_t oh, ow, o;        // the output, n images of oh x ow x o
+};
+
+// Output pixels per band, about: 16 register tiles, so that a batch of one image still
+// splits across the pool; each band pads only the input rows it reads.
+constexpr int64_t kBandPixels = 96;
+
+// How the output rows are cut into bands, and what a band's input is: the image itself
+// when the taps read inside it (VALID, no padding), else a buffer of the padded rows.
+class Bands {
+ public:
+  explicit Bands(const PaddedConv& g)
+      : g_(g),
+        rows_(std::min(g.oh, std::max<int64_t>(1, (kBandPixels + g.ow - 1) / g.ow))),
+        span_w_((g.ow - 1) * g.sw + g.kw),
+        inside_(g.pad_top == 0 && g.pad_left == 0 && span_w_ <= g.w && (g.oh - 1) * g.sh + g.kh <= g.h) {}
+
+  int64_t rows() const { return rows_; }
+  int64_t per_image() const { return (g_.oh + rows_ - 1) / rows_; }
+  // Floats of the buffer `band` fills (at least 1).
+  int64_t buffer_floats() const { return inside_ ? 1 : ((rows_ - 1) * g_.sh + g_.kh) * span_w_ * g_.c; }
+
+  // Output rows [r0, r0 + rows()) of `image` (fewer in the last band).
+  DirectConvBand band(int64_t image, int64_t r0, float* buffer) const {
+    const int64_t r1 = std::min(g_.oh, r0 + rows_);
+    const float* in = g_.input + image * g_.h * g_.w * g_.c;
+    DirectConvBand band{in + r0 * g_.sh * g_.w * g_.c, g_.w, g_.c, g_.kh, g_.kw, g_.sh, g_.sw, r1 - r0, g_.ow, g_.o};
+    if (inside_) return band;
+    // The band's rows of the padded image: zeros outside the input.
+    const int64_t first = r0 * g_.sh - g_.pad_top, count = (r1 - r0 - 1) * g_.sh + g_.kh;
+    const int64_t col_begin = std::min(g_.pad_left, span_w_), col_end = std::min(g_.pad_left + g_.w, span_w_);
+    for (int64_t t = 0; t < count; ++t) {
+      float* row = buffer + t * span_w_ * g_.c;
+      const int64_t iy = first + t;
+      if (iy < 0 || iy >= g_.h || col_end <= col_begin) {
+        std::memset(row, 0, size_t(span_w_ * g_.c) * sizeof(float));
+        continue;
+      }
+      std::memset(row, 0, size_t(col_begin * g_.c) * sizeof(float));
+      std::memcpy(row + col_begin * g_.c, in + (iy * g_.w + col_begin - g_.pad_left) * g_.c,
+                  size_t((col_end - col_begin) * g_.c) * sizeof(float));
+      std::memset(row + col_end * g_.c, 0, size_t((span_w_ - col_end) * g_.c) * sizeof(float));
+    }
+    band.input = buffer;
+    band.in_w = span_w_;
+    return band;
+  }
+
+ private:
+  PaddedConv g_;
+  int64_t rows_, span_w_;
+  bool inside_;
+};
+
+// The multiply-adds of `pixels` output pixels, in the pool's cost unit (as conv_cost_per_image).
+double direct_conv_cost(const PaddedConv& g, int64_t pixels) {
+  return 2.0 * double(pixels) * double(g.kh * g.kw * g.c) * double(g.o) * 0.01;
+}
+
+// The bands of every image, split across the pool; each writes its own output rows.
+void run_direct_conv(DirectConvFn kernel, const PaddedConv& g, const float* packed, float* out) {
+  const Bands bands(g);
+  const int64_t per_image = bands.per_image();
+  parallel_for(g.n * per_image, direct_conv_cost(g, bands.rows() * g.ow), [&](int64_t begin, int64_t end) {
+    ScratchBuffer<float> buffer(bands.buffer_floats());
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t image = item / per_image, r0 = (item % per_image) * bands.rows();
+      kernel(bands.band(image, r0, buffer.get()), packed, out + (image * g.oh + r0) * g.ow * g.o);
+    }
+  });
+}
+
+// The filter gradient (zeroed by the caller): its tiles split across the pool, each worker
+// adding every band of every image, in order, to its own tiles.
+void run_direct_conv_filter_grad(DirectConvFilterGradFn kernel, const PaddedConv& g, const float* dy, float* dw) {
+  const Bands bands(g);
+  const int64_t tiles = direct_conv_filter_grad_tiles(g.kh, g.kw, g.c, g.o);
+  const double cost_per_tile =
+      2.0 * double(g.n * g.oh * g.ow) * double(kDirectConvGradRows * kDirectConvPanelWidth) * 0.01;
+  parallel_for(tiles, cost_per_tile, [&](int64_t begin, int64_t end) {
+    ScratchBuffer<float> buffer(bands.buffer_floats());
+    for (int64_t image = 0; image < g.n; ++image) {
+      for (int64_t r0 = 0; r0 < g.oh; r0 += bands.rows()) {
+        kernel(bands.band(image, r0, buffer.get()), dy + (image * g.oh + r0) * g.ow * g.o, begin, end, dw);
+      }
+    }
+  });
+}
+
 template <typename T>
 void conv_forward(const Tensor& xt, const Tensor& wt, const Tensor& out, const OpAttrs& a) {
   const ConvGeometry g = geometry(xt.shape(), wt.shape(), a, "conv2d");
@@ -131,6 +231,15 @@ void conv_forward(const Tensor& xt, const Tensor& wt, const Tensor& out, const O
   if (g.patch() == 0) {
     std::memset(po, 0, out.nbytes());
     return;
+  }
+  if constexpr (std::is_same_v<T, float>) {
+    if (const DirectConvFn kernel = direct_conv_kernel()) {
+      ScratchBuffer<float> packed(direct_conv_packed_floats(g.kh, g.kw, g.c, g.o));
+      pack_direct_conv_filter(pw, g.kh, g.kw, g.c, g.o, false, packed.get());
+      run_direct_conv(kernel, {px, g.n, g.h, g.w, g.c, g.ph, g.pw, g.kh, g.kw, g.sh, g.sw, g.oh, g.ow, g.o},
+                      packed.get(), po);
+      return;
+    }
   }
   const Chunking ch = chunking(g, sizeof(T));
   parallel_for(ch.count, conv_cost_per_image(g) * double(ch.images), [&](int64_t b, int64_t e) {
@@ -152,6 +261,21 @@ void conv_backprop_input(const Tensor& wt, const Tensor& dyt, const Tensor& dx, 
   const ConvGeometry g = geometry(a.shape, wt.shape(), a, "conv2d_backprop_input");
   const Tensor w = contiguous_copy(wt), dy = contiguous_copy(dyt);
   T* pdx = ptr<T>(dx);
+  if constexpr (std::is_same_v<T, float>) {
+    // At stride 1 the input gradient is a valid convolution of dy padded by the taps that
+    // reach past its edges, with the filter flipped and its channels swapped
+    // (conv_direct.h); it writes every element of dx.
+    const DirectConvFn kernel = direct_conv_kernel();
+    if (kernel != nullptr && g.sh == 1 && g.sw == 1 && g.patch() > 0 && g.o > 0 && g.ph < g.kh && g.pw < g.kw) {
+      ScratchBuffer<float> packed(direct_conv_packed_floats(g.kh, g.kw, g.o, g.c));
+      pack_direct_conv_filter(ptr<float>(w), g.kh, g.kw, g.c, g.o, true, packed.get());
+      run_direct_conv(kernel,
+                      {ptr<float>(dy), g.n, g.oh, g.ow, g.o, g.kh - 1 - g.ph, g.kw - 1 - g.pw, g.kh, g.kw, 1, 1,
+                       g.h, g.w, g.c},
+                      packed.get(), pdx);
+      return;
+    }
+  }
   std::memset(pdx, 0, dx.nbytes());
   if (g.patch() == 0 || g.o == 0) return;
   const Chunking ch = chunking(g, sizeof(T));
@@ -181,6 +305,14 @@ void conv_backprop_filter(const Tensor& xt, const Tensor& dyt, const Tensor& dw,
   T* pdw = ptr<T>(dw);
   std::memset(pdw, 0, dw.nbytes());
   if (g.patch() == 0 || g.o == 0 || g.n == 0) return;
+  if constexpr (std::is_same_v<T, float>) {
+    if (const DirectConvFilterGradFn kernel = direct_conv_filter_grad_kernel()) {
+      run_direct_conv_filter_grad(
+          kernel, {ptr<float>(x), g.n, g.h, g.w, g.c, g.ph, g.pw, g.kh, g.kw, g.sh, g.sw, g.oh, g.ow, g.o},
+          ptr<float>(dy), pdw);
+      return;
+    }
+  }
   const Chunking ch = chunking(g, sizeof(T));
   const int64_t lanes = std::min(kLanes, ch.count);
   const int64_t filter = g.patch() * g.o;

@@ -1,5 +1,7 @@
 // NHWC convolution and pooling against naive float64 references with TensorFlow's
 // SAME/VALID padding; the backward ops against adjoint identities.
+#include <strata/kernels/cpu/conv_direct.h>
+
 #include "tests/core/core_test_helpers.h"
 
 using namespace strata;
@@ -229,6 +231,46 @@ TEST_CASE("conv: backprop ops give the same values at 1 and 2 threads over many 
   CHECK(testing::allclose(dw[0].cast(kFloat64), dw64, 1e-4, 1e-3));
   Tensor dx64 = conv2d_backprop_input(x.shape(), w.cast(kFloat64), dy.cast(kFloat64), {1, 1}, Padding::Same);
   CHECK(testing::allclose(dx[0].cast(kFloat64), dx64, 1e-5, 1e-5));
+}
+
+TEST_CASE("conv: the direct float32 kernels match float64 at channel and pixel tails, bands, strides and padding",
+          "[conv][direct]") {
+  // Where the CPU has AVX2 and FMA, float32 convolutions run the direct kernels
+  // (kernels/cpu/conv_direct.h): output channels in panels of 16 (tails of 1, 4 and 4 below),
+  // output pixels in tiles of 6 and bands of ~96 pixels (padded band by band), the filter
+  // gradient in tiles of 6 rows summed band after band. Elsewhere this checks im2col.
+  INFO("direct kernels: " << (cpu_kernels::direct_conv_kernel() != nullptr ? "yes" : "no (im2col path)"));
+  const std::vector<ConvCase> cases = {
+      {{2, 20, 13, 7}, {3, 3, 7, 20}, {1, 1}, Padding::Same},    // 3 bands, o = 16 + 4
+      {{1, 17, 19, 3}, {3, 5, 3, 33}, {2, 1}, Padding::Same},    // strides per axis, o = 32 + 1
+      {{3, 26, 26, 32}, {3, 3, 32, 64}, {1, 1}, Padding::Valid}, // the MNIST CNN's second layer
+      {{1, 12, 12, 16}, {5, 5, 16, 16}, {1, 1}, Padding::Same},  // one whole panel, wide padding
+      {{2, 11, 9, 6}, {2, 2, 6, 17}, {2, 2}, Padding::Valid},    // 6-row tiles across taps, o = 16 + 1
+      {{2, 28, 28, 1}, {3, 3, 1, 32}, {1, 1}, Padding::Valid},   // one input channel (the first layer)
+  };
+  uint64_t seed = 900;
+  for (const auto& c : cases) {
+    INFO(conv_name(c));
+    Tensor x = testing::rand_tensor(c.x, seed++, -1, 1, kFloat64);
+    Tensor w = testing::rand_tensor(c.w, seed++, -1, 1, kFloat64);
+    Tensor y = reference_conv(x, w, c.s, c.p);
+    Tensor dy = testing::rand_tensor(y.shape(), seed++, -1, 1, kFloat64);
+    Tensor dx = conv2d_backprop_input(x.shape(), w, dy, c.s, c.p);
+    Tensor dw = conv2d_backprop_filter(x, w.shape(), dy, c.s, c.p);
+    const Tensor x32 = x.cast(kFloat32), w32 = w.cast(kFloat32), dy32 = dy.cast(kFloat32);
+    Tensor got[2][3];
+    for (int t : {1, 2}) {
+      testing::ThreadCountGuard g(t);
+      got[t - 1][0] = conv2d(x32, w32, c.s, c.p);
+      got[t - 1][1] = conv2d_backprop_input(x.shape(), w32, dy32, c.s, c.p);
+      got[t - 1][2] = conv2d_backprop_filter(x32, w.shape(), dy32, c.s, c.p);
+    }
+    // Sums of up to ~2000 float products of values in [-1, 1].
+    CHECK(testing::allclose(got[0][0].cast(kFloat64), y, 1e-4, 1e-4));
+    CHECK(testing::allclose(got[0][1].cast(kFloat64), dx, 1e-4, 1e-4));
+    CHECK(testing::allclose(got[0][2].cast(kFloat64), dw, 1e-4, 1e-3));
+    for (int k = 0; k < 3; ++k) CHECK(identical(got[0][k], got[1][k]));
+  }
 }
 
 TEST_CASE("conv: max and average pooling match naive references", "[conv][pool]") {
