@@ -370,17 +370,19 @@ void add_softmax(std::vector<Result>& out, const Options& o, int64_t rows, int64
   }
 }
 
-// conv2d (VALID, stride 1) and, where the input has channels to compute a gradient for, its
-// input gradient, each against the single GEMM the im2col path reduces it to, through
-// OpenBLAS: col W for conv2d, dy W^T (before col2im) for the gradient.
+// conv2d (VALID, stride 1), its filter gradient and, where the input has channels to compute
+// a gradient for, its input gradient, each against the single GEMM the im2col path reduces
+// it to, through OpenBLAS: col W for conv2d, col^T dy for the filter gradient, dy W^T
+// (before col2im) for the input gradient.
 void add_conv(std::vector<Result>& out, const Options& o, int64_t batch, int64_t hw, int64_t cin, int64_t cout,
               int reps) {
   const std::string shape = "3x3 " + std::to_string(batch) + "x" + std::to_string(hw) + "x" + std::to_string(hw) +
                             "x" + std::to_string(cin);
   const std::string name = "conv2d " + shape + "->" + std::to_string(cout);
   const std::string grad = "conv2d_backprop_input " + shape + "<-" + std::to_string(cout);
-  const bool forward = o.selects(name), backward = cin > 1 && o.selects(grad);
-  if (!forward && !backward) return;
+  const std::string filter_grad = "conv2d_backprop_filter " + shape + "->" + std::to_string(cout);
+  const bool forward = o.selects(name), backward = cin > 1 && o.selects(grad), filter = o.selects(filter_grad);
+  if (!forward && !backward && !filter) return;
   Tensor x = randn({batch, hw, hw, cin}, 6), w = randn({3, 3, cin, cout}, 7);
   const int64_t oh = hw - 2;
   const int64_t m = batch * oh * oh, k = 9 * cin;
@@ -400,6 +402,15 @@ void add_conv(std::vector<Result>& out, const Options& o, int64_t batch, int64_t
     Timing tb = time_reference_sgemm(m, k, cout, dy.data<float>(), w.data<float>(), dcol.data(), num_threads(), reps,
                                      false, true);
     out.push_back({"ops", grad, flops / t.median_s / 1e9, "GFLOP/s", t.spread(),
+                   std::string(kBlasName) + " of the im2col GEMM", flops / tb.median_s / 1e9});
+  }
+  if (filter) {
+    Tensor dy = randn({batch, oh, oh, cout}, 11), col = randn({m, k}, 12);
+    Timing t = time_it([&] { conv2d_backprop_filter(x, w.shape(), dy, {1, 1}, Padding::Valid); }, reps);
+    std::vector<float> dw(static_cast<size_t>(k * cout));
+    Timing tb = time_reference_sgemm(k, cout, m, col.data<float>(), dy.data<float>(), dw.data(), num_threads(), reps,
+                                     true, false);
+    out.push_back({"ops", filter_grad, flops / t.median_s / 1e9, "GFLOP/s", t.spread(),
                    std::string(kBlasName) + " of the im2col GEMM", flops / tb.median_s / 1e9});
   }
 }
