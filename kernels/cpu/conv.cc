@@ -193,6 +193,7 @@ double direct_conv_cost(const PaddedConv& g, int64_t pixels) {
 
 // The bands of every image, split across the pool; each writes its own output rows.
 void run_direct_conv(DirectConvFn kernel, const PaddedConv& g, const float* packed, float* out) {
+  if (g.n == 0 || g.oh == 0 || g.ow == 0 || g.o == 0) return;  // an empty output (SAME on an empty image)
   const Bands bands(g);
   const int64_t per_image = bands.per_image();
   parallel_for(g.n * per_image, direct_conv_cost(g, bands.rows() * g.ow), [&](int64_t begin, int64_t end) {
@@ -207,6 +208,7 @@ void run_direct_conv(DirectConvFn kernel, const PaddedConv& g, const float* pack
 // The filter gradient (zeroed by the caller): its tiles split across the pool, each worker
 // adding every band of every image, in order, to its own tiles.
 void run_direct_conv_filter_grad(DirectConvFilterGradFn kernel, const PaddedConv& g, const float* dy, float* dw) {
+  if (g.n == 0 || g.oh == 0 || g.ow == 0 || g.o == 0) return;  // no output pixel: dw stays zero
   const Bands bands(g);
   const int64_t tiles = direct_conv_filter_grad_tiles(g.kh, g.kw, g.c, g.o);
   const double cost_per_tile =

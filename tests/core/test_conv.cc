@@ -156,6 +156,22 @@ TEST_CASE("conv: conv2d matches a naive reference for SAME/VALID and strides", "
   Tensor z = conv2d(zeros({1, 5, 5, 0}), zeros({3, 3, 0, 4}), {1, 1}, Padding::Valid);
   CHECK(z.shape() == Shape{1, 3, 3, 4});
   CHECK(sum(abs(z)).item<float>() == 0.0f);
+  // Empty images (zero rows or columns) under SAME padding, and zero output channels: empty
+  // outputs, and a zero filter gradient.
+  for (DType dt : {kFloat32, kFloat64}) {
+    for (const Shape& xs : {Shape{2, 0, 5, 2}, Shape{2, 5, 0, 2}}) {
+      INFO(shape_str(xs) << " " << dtype_name(dt));
+      const Tensor e = zeros(xs, dt), wd = w.cast(dt), dy = zeros({xs[0], xs[1], xs[2], 2}, dt);
+      CHECK(conv2d(e, wd, {1, 1}, Padding::Same).shape() == Shape{xs[0], xs[1], xs[2], 2});
+      CHECK(conv2d_backprop_input(xs, wd, dy, {1, 1}, Padding::Same).shape() == xs);
+      Tensor dw = conv2d_backprop_filter(e, w.shape(), dy, {1, 1}, Padding::Same);
+      CHECK(dw.shape() == w.shape());
+      CHECK(sum(abs(dw)).cast(kFloat64).item<double>() == 0.0);
+    }
+  }
+  CHECK(conv2d(x, zeros({3, 3, 2, 0}), {1, 1}, Padding::Same).shape() == Shape{1, 5, 5, 0});
+  CHECK(conv2d_backprop_input(x.shape(), zeros({3, 3, 2, 0}), zeros({1, 5, 5, 0}), {1, 1}, Padding::Same).shape() ==
+        x.shape());
 }
 
 TEST_CASE("conv: backprop ops are the adjoints of conv2d", "[conv][backprop]") {
