@@ -393,23 +393,33 @@ bench_torch() {
 
 # ---- the run ----
 probe
-test_targets=(strata_cuda_tests strata_cuda_nccl_tests strata_cuda_emulation_tests strata-golden strata-train)
+gpu_test_targets=(strata_cuda_tests strata_cuda_nccl_tests strata-golden strata-train)
+test_targets=("${gpu_test_targets[@]}" strata_cuda_emulation_tests)
 bench_targets=(strata-bench)
+
+gpu_tests() {  # what needs the GPU: its ctest label, golden cases and training runs
+  ctest_label cuda 180
+  golden "$device"
+  train "$device" 150
+  train_virtual "$device" 150
+  train "$device" 100 mixed_float16
+  train "$device" 100 mixed_bfloat16
+}
+
+cpu_tests() {  # the CPU comparisons and the emulation tests (CI runs these too)
+  golden cpu
+  train cpu:0 90
+  ctest_label cuda-emulation 240
+}
+
 case "$mode" in
   build)
     ensure_built "${test_targets[@]}" "${bench_targets[@]}"
     ;;
   test)
     ensure_built "${test_targets[@]}"
-    ctest_label cuda 180
-    golden "$device"
-    train "$device" 150
-    train_virtual "$device" 150
-    train "$device" 100 mixed_float16
-    train "$device" 100 mixed_bfloat16
-    golden cpu
-    train cpu:0 90
-    ctest_label cuda-emulation 240
+    gpu_tests
+    cpu_tests
     ;;
   bench)
     ensure_built "${bench_targets[@]}"
@@ -417,29 +427,17 @@ case "$mode" in
     bench_torch
     ;;
   gpu)
-    ensure_built strata_cuda_tests strata_cuda_nccl_tests strata-golden strata-train "${bench_targets[@]}"
-    ctest_label cuda 180
-    golden "$device"
-    train "$device" 150
-    train_virtual "$device" 150
-    train "$device" 100 mixed_float16
-    train "$device" 100 mixed_bfloat16
+    ensure_built "${gpu_test_targets[@]}" "${bench_targets[@]}"
+    gpu_tests
     bench_strata
     bench_torch
     ;;
   all)
     ensure_built "${test_targets[@]}" "${bench_targets[@]}"
-    ctest_label cuda 180
-    golden "$device"
-    train "$device" 150
-    train_virtual "$device" 150
-    train "$device" 100 mixed_float16
-    train "$device" 100 mixed_bfloat16
+    gpu_tests
     bench_strata
     bench_torch
-    golden cpu
-    train cpu:0 90
-    ctest_label cuda-emulation 240
+    cpu_tests
     ;;
 esac
 
