@@ -206,7 +206,10 @@ void run_direct_conv(DirectConvFn kernel, const PaddedConv& g, const float* pack
 }
 
 // The filter gradient (zeroed by the caller): its tiles split across the pool, each worker
-// adding every band of every image, in order, to its own tiles.
+// adding every band of every image, in order, to its own tiles. Split so, no worker's sums
+// need adding to another's (the same bits at any thread count); the price, with padding,
+// is that every worker pads every band itself: a copy of the input per worker, about one
+// or two copied floats for every kh * kw * o multiply-adds.
 void run_direct_conv_filter_grad(DirectConvFilterGradFn kernel, const PaddedConv& g, const float* dy, float* dw) {
   if (g.n == 0 || g.oh == 0 || g.ow == 0 || g.o == 0) return;  // no output pixel: dw stays zero
   const Bands bands(g);

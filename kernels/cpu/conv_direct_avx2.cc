@@ -1,12 +1,15 @@
 // The direct convolution kernel (kernels/cpu/conv_direct.h) for AVX2 + FMA. Compiled with
 // -mavx2 -mfma on x86-64 whatever the build's -march (core/CMakeLists.txt) and only called
 // after the cpuid check in conv_direct.cc; like gemm_direct_avx2.cc it includes no header
-// with inline functions shared with other translation units except the standard ones.
+// with inline functions shared with other translation units except the standard ones and
+// avx2_lanes.h.
 #include <strata/kernels/cpu/conv_direct.h>
 
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__)
 
 #include <immintrin.h>
+
+#include <strata/kernels/cpu/avx2_lanes.h>
 
 #include <algorithm>
 
@@ -16,12 +19,6 @@ namespace {
 
 constexpr int64_t kPixels = 6;  // output pixels per register tile
 constexpr int64_t kWidth = kDirectConvPanelWidth;
-
-// The first `count` (0..8) lanes set.
-__m256i lane_mask(int64_t count) {
-  const __m256i index = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(int(count)), index);
-}
 
 // Stores one row's 16 (or the first `columns`) outputs.
 inline void store_row(float* out, __m256 lo, __m256 hi, int64_t columns) {

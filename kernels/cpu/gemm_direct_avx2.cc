@@ -1,12 +1,15 @@
 // The direct GEMM kernel (kernels/cpu/gemm_direct.h) for AVX2 + FMA. Compiled with -mavx2
 // -mfma on x86-64 whatever the build's -march (core/CMakeLists.txt) and only called after
 // the cpuid check in gemm_direct.cc; it includes no header with inline functions shared
-// with other translation units except the standard ones (immintrin.h's are always_inline).
+// with other translation units except the standard ones (immintrin.h's are always_inline)
+// and avx2_lanes.h (internal linkage, AVX2 units only).
 #include <strata/kernels/cpu/gemm_direct.h>
 
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__)
 
 #include <immintrin.h>
+
+#include <strata/kernels/cpu/avx2_lanes.h>
 
 #include <algorithm>
 #include <cmath>
@@ -23,12 +26,6 @@ constexpr int64_t kLanes = 8;
 constexpr int64_t kSwapMaxPanelFloats = 8192;
 // ... and only for outputs this narrow: C^T's rows are the narrow side (4 to a tile).
 constexpr int64_t kSwapMaxColumns = 16;
-
-// The first `count` (0..8) lanes set.
-__m256i lane_mask(int64_t count) {
-  const __m256i index = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(int(count)), index);
-}
 
 // A view of a matrix operand by element strides: element (i, p) at data[i * row + p * col].
 struct StridedMatrix {
