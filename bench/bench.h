@@ -89,6 +89,10 @@ nn::Sequential make_model(bool cnn);
 // The training loop of that workload under `strategy`, built once: each call runs `steps`
 // SGD steps on one fixed batch and synchronises the strategy's devices.
 std::function<void()> make_trainer(distribute::Strategy& strategy, bool cnn, int64_t batch, int steps);
+// `replicas` independent trainings of batch / replicas each on threads of their own, no
+// communication: the bound of data-parallel training at this global batch
+// (bench/suite_train.cc).
+std::function<void()> make_independent_trainer(bool cnn, int64_t batch, int replicas, int steps);
 double steps_per_second(distribute::Strategy& strategy, bool cnn, int64_t batch, int steps, int reps);
 
 }  // namespace strata::bench

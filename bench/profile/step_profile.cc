@@ -7,7 +7,9 @@
 // `--replicas N` (N > 1) runs the same global batch under MirroredStrategy over N logical
 // CPU devices, the train suite's mirrored(N) row; `--one-copy` with one copy of the
 // variables (Strategy::set_share_cpu_variables); `--aggregate` with the gradients summed
-// in backward (CommunicationOptions::aggregate_gradients_in_backward).
+// in backward (CommunicationOptions::aggregate_gradients_in_backward). `--independent`
+// with `--replicas N` runs N independent trainings of the global batch / N instead, with no
+// communication at all (the train suite's data-parallel bound, independent(N)).
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -29,7 +31,7 @@ double process_cpu_seconds() {
 }
 
 int usage(const char* why) {
-  std::fprintf(stderr, "strata-step-profile: %s\nusage: strata-step-profile mlp|cnn [--steps N] [--threads N] [--replicas N] [--one-copy] [--aggregate]\n", why);
+  std::fprintf(stderr, "strata-step-profile: %s\nusage: strata-step-profile mlp|cnn [--steps N] [--threads N] [--replicas N] [--one-copy] [--aggregate] [--independent]\n", why);
   return 2;
 }
 
@@ -43,11 +45,11 @@ int main(int argc, char** argv) {
   const bool cnn = which == "cnn";
   int steps = cnn ? 20 : 300;
   int replicas = 1;
-  bool one_copy = false, aggregate = false;
+  bool one_copy = false, aggregate = false, independent = false;
   for (int i = 2; i < argc; ++i) {
     const std::string flag = argv[i];
-    if (flag == "--one-copy" || flag == "--aggregate") {
-      (flag == "--one-copy" ? one_copy : aggregate) = true;
+    if (flag == "--one-copy" || flag == "--aggregate" || flag == "--independent") {
+      (flag == "--one-copy" ? one_copy : flag == "--aggregate" ? aggregate : independent) = true;
       continue;
     }
     if ((flag != "--steps" && flag != "--threads" && flag != "--replicas") || i + 1 >= argc) {
@@ -61,8 +63,10 @@ int main(int argc, char** argv) {
   }
   try {
     const int64_t batch = cnn ? 64 : 128;
+    if (independent && (replicas < 2 || one_copy || aggregate))
+      return usage("--independent needs --replicas N (N > 1) and neither --one-copy nor --aggregate");
     std::unique_ptr<distribute::Strategy> mirrored;
-    if (replicas > 1) {
+    if (replicas > 1 && !independent) {
       distribute::CommunicationOptions comm;
       comm.aggregate_gradients_in_backward = aggregate;
       mirrored = std::make_unique<distribute::MirroredStrategy>(distribute::MirroredStrategy::cpu_devices(replicas),
@@ -71,14 +75,15 @@ int main(int argc, char** argv) {
     }
     distribute::Strategy& strategy = mirrored ? *mirrored : distribute::DefaultStrategy::instance();
     // The train suite's workload, one step per call (bench/suite_train.cc).
-    const std::function<void()> step = bench::make_trainer(strategy, cnn, batch, 1);
+    const std::function<void()> step = independent ? bench::make_independent_trainer(cnn, batch, replicas, 1)
+                                                   : bench::make_trainer(strategy, cnn, batch, 1);
     for (int i = 0; i < 3; ++i) step();  // warm-up: slots, caches, the allocator's free lists
     const double cpu0 = process_cpu_seconds();
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < steps; ++i) step();
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double cpu = process_cpu_seconds() - cpu0;
-    std::printf("%s replicas=%d threads=%d steps=%d: %.1f steps/s (wall), %.2f ms CPU per step\n", which.c_str(), replicas, num_threads(),
+    std::printf("%s %s=%d threads=%d steps=%d: %.1f steps/s (wall), %.2f ms CPU per step\n", which.c_str(), independent ? "independent" : "replicas", replicas, num_threads(),
                 steps, double(steps) / wall, cpu / double(steps) * 1e3);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "strata-step-profile: %s\n", e.what());
