@@ -31,9 +31,20 @@ void check_blas_int(int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, i
                ldc, ") exceeds the 32-bit BLAS interface (every extent must be <= ", kMax, ")");
 }
 
+// OpenBLAS held at one thread before its first product, whoever calls the GEMM first: a
+// caller of these kernels that never registered them (a test of the split, say) would
+// otherwise run OpenBLAS's own threads, racing strata's pool for the cores, and on CPUs
+// whose kernels clear C through memset (Cooperlake's sgemm_beta) ThreadSanitizer sees
+// those threads' writes without the spin-waits that order them.
+void hold_blas_at_one_thread() {
+  static const bool held = (gemm_init(), true);
+  (void)held;
+}
+
 void blas(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
           int64_t ldb, float beta, float* c, int64_t ldc) {
   check_blas_int(m, n, k, lda, ldb, ldc);
+  hold_blas_at_one_thread();
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m), int(n),
               int(k), 1.0f, a, int(lda), b, int(ldb), beta, c, int(ldc));
 }
@@ -41,6 +52,7 @@ void blas(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int
 void blas(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda, const double* b,
           int64_t ldb, double beta, double* c, int64_t ldc) {
   check_blas_int(m, n, k, lda, ldb, ldc);
+  hold_blas_at_one_thread();
   cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m), int(n),
               int(k), 1.0, a, int(lda), b, int(ldb), beta, c, int(ldc));
 }

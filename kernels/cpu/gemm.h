@@ -30,7 +30,8 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const flo
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda,
           const double* b, int64_t ldb, double beta, double* c, int64_t ldc);
 
-// Once at start-up (kernel registration): holds OpenBLAS at one thread.
+// Once at start-up (kernel registration): holds OpenBLAS at one thread. The first product
+// through these functions does it too, for callers that never registered the kernels.
 void gemm_init();
 
 }  // namespace strata::cpu_kernels
