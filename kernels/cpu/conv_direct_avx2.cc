@@ -82,20 +82,22 @@ struct Tile {
   // The first `rows` rows from / to `at`, rows `stride` floats apart, `columns` of 16. The
   // rows past `rows` (a tail tile's copies of its last row) stay zero / are not stored.
   void load(const float* at, int64_t stride, int64_t rows, int64_t columns) {
-    load_row(at, r00, r01, columns);
-    if (rows > 1) load_row(at + stride, r10, r11, columns);
-    if (rows > 2) load_row(at + 2 * stride, r20, r21, columns);
-    if (rows > 3) load_row(at + 3 * stride, r30, r31, columns);
-    if (rows > 4) load_row(at + 4 * stride, r40, r41, columns);
-    if (rows > 5) load_row(at + 5 * stride, r50, r51, columns);
+    first_rows(rows, [&](int64_t i, __m256& lo, __m256& hi) { load_row(at + i * stride, lo, hi, columns); });
   }
-  void store(float* at, int64_t stride, int64_t rows, int64_t columns) const {
-    store_row(at, r00, r01, columns);
-    if (rows > 1) store_row(at + stride, r10, r11, columns);
-    if (rows > 2) store_row(at + 2 * stride, r20, r21, columns);
-    if (rows > 3) store_row(at + 3 * stride, r30, r31, columns);
-    if (rows > 4) store_row(at + 4 * stride, r40, r41, columns);
-    if (rows > 5) store_row(at + 5 * stride, r50, r51, columns);
+  void store(float* at, int64_t stride, int64_t rows, int64_t columns) {
+    first_rows(rows, [&](int64_t i, __m256& lo, __m256& hi) { store_row(at + i * stride, lo, hi, columns); });
+  }
+
+ private:
+  // f(i, row i's two accumulators) for the first `rows` rows, by name (see above).
+  template <typename F>
+  __attribute__((always_inline)) inline void first_rows(int64_t rows, F f) {
+    f(0, r00, r01);
+    if (rows > 1) f(1, r10, r11);
+    if (rows > 2) f(2, r20, r21);
+    if (rows > 3) f(3, r30, r31);
+    if (rows > 4) f(4, r40, r41);
+    if (rows > 5) f(5, r50, r51);
   }
 };
 
