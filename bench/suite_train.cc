@@ -4,7 +4,7 @@
 // (share_cpu_variables), Mirrored(2) aggregating the gradients in backward
 // (aggregate_gradients_in_backward; with copies and with one copy) and CentralStorage(2),
 // each next to the Default strategy measured in the same run, in alternating rounds; and
-// the data-parallel bound (`independent(2)`, below) that the Mirrored(2) rows are also
+// the data-parallel bound (`independent(2)`, below) that the 2-replica rows are also
 // compared with. (bench/compare/ runs the same workloads in PyTorch.)
 #include "bench/bench.h"
 #include <strata/autograd/tape.h>
@@ -12,6 +12,7 @@
 #include <strata/core/random.h>
 #include <strata/core/stream.h>
 #include <strata/core/thread_pool.h>
+#include <strata/distribute/collective/in_process.h>
 #include <strata/distribute/loss_scaling.h>
 #include <strata/distribute/replica_threads.h>
 #include <strata/distribute/strategy.h>
@@ -78,7 +79,7 @@ std::function<void()> make_independent_trainer(bool cnn, int64_t batch, int repl
   auto state = std::make_shared<State>();
   for (int r = 0; r < replicas; ++r)
     state->trainers.push_back(make_trainer(distribute::DefaultStrategy::instance(), cnn, batch / replicas, steps));
-  const int cores = std::max(1u, std::thread::hardware_concurrency());
+  const int cores = distribute::ComputeSlot::capacity();  // as Strategy::run_replicas counts them
   state->threads = std::make_unique<distribute::ReplicaThreads>(replicas, [replicas, cores](int) {
     set_thread_parallelism_limit(std::max(1, cores / replicas));
     return std::shared_ptr<void>();
@@ -149,8 +150,9 @@ std::vector<Result> train_suite(const Options& o) {
     std::vector<std::function<void()>> trainers{
         make_trainer(distribute::DefaultStrategy::instance(), cnn, batch, steps)};
     for (auto& [name, strategy] : strategies) trainers.push_back(make_trainer(*strategy, cnn, batch, steps));
+    constexpr int kBoundReplicas = 2;
     const size_t bound = trainers.size();
-    trainers.push_back(make_independent_trainer(cnn, batch, 2, steps));
+    trainers.push_back(make_independent_trainer(cnn, batch, kBoundReplicas, steps));
     std::vector<std::vector<double>> seconds(trainers.size());
     for (int r = 0; r < rounds; ++r) {
       for (size_t k = 0; k < trainers.size(); ++k) {
@@ -169,17 +171,19 @@ std::vector<Result> train_suite(const Options& o) {
       for (int r = 0; r < rounds; ++r) ratios.push_back(seconds[to][size_t(r)] / seconds[k][size_t(r)]);
       return summarize(ratios).median_s;
     };
-    auto row = [&](size_t k, const std::string& name) {
+    // Rows of as many replicas as the bound are compared with it too.
+    auto row = [&](size_t k, const std::string& name, bool vs_bound) {
       const Timing rate = summarize(rates(k));  // steps/s, not seconds: median and spread
       Result res{"train", model + " " + name, rate.median_s, "steps/s", rate.spread(),
                  k == 0 ? "(itself)" : "default strategy", base};
       if (k > 0) res.extra = {{"paired_ratio", paired(k, 0)}};
-      if (name.starts_with("mirrored(2)")) res.extra.emplace_back("paired_vs_bound", paired(k, bound));
+      if (vs_bound) res.extra.emplace_back("paired_vs_bound", paired(k, bound));
       out.push_back(std::move(res));
     };
-    row(0, "default");
-    for (size_t k = 0; k < strategies.size(); ++k) row(k + 1, strategies[k].first);
-    row(bound, "independent(2) (no communication: the data-parallel bound)");
+    row(0, "default", false);
+    for (size_t k = 0; k < strategies.size(); ++k)
+      row(k + 1, strategies[k].first, strategies[k].second->num_replicas_in_sync() == kBoundReplicas);
+    row(bound, "independent(" + std::to_string(kBoundReplicas) + ") (no communication: the data-parallel bound)", false);
   }
   return out;
 }
