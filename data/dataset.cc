@@ -95,6 +95,14 @@ void skip_elements(IteratorBase& it, int64_t n, const char* stage) {
   }
 }
 
+void ConsumerPosition::restore(StateReader& r, IteratorBase& input, const char* stage) {
+  const int64_t since = r.get_in(str_of(stage, " elements since anchor").c_str(), 0, INT64_MAX);
+  input.restore(r);
+  // The stages that read ahead are one-to-one and their functions pure: skipping inputs
+  // skips outputs.
+  skip_elements(input, since, stage);
+}
+
 bool AnchorClock::produced(double produce_ns) {
   produce_ema_ = produce_ema_ == 0.0 ? produce_ns : 0.9 * produce_ema_ + 0.1 * produce_ns;
   return ++since_capture_ >= interval_;

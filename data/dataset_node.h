@@ -166,6 +166,45 @@ class AnchorClock {
   int64_t interval_ = 1;
 };
 
+// Where the consumer of a read-ahead stage (prefetch, parallel map) stands (Note
+// [anchors]): the input's state at the last anchor it took, and the elements it took since.
+// The stage's saved record is (elements since the anchor, the anchor); a stage that reads
+// nothing ahead (not started yet, or sequential) writes (0, its input's state now), so both
+// forms restore one another's records.
+class ConsumerPosition {
+ public:
+  // Reading ahead begins: the input's state now is the first anchor.
+  void start(const IteratorBase& input) {
+    anchor_ = save_words(input);
+    since_anchor_ = 0;
+  }
+  // The consumer took an element; `anchor` is the input's state after it, when one was taken.
+  void took(std::optional<std::vector<int64_t>>& anchor) {
+    if (anchor) {
+      anchor_ = std::move(*anchor);
+      since_anchor_ = 0;
+    } else {
+      ++since_anchor_;
+    }
+  }
+  // Writes the record of a stage that reads ahead (since start()).
+  void save(StateWriter& w) const {
+    w.put(since_anchor_);
+    w.append(anchor_);
+  }
+  // Writes the record of a stage whose input only the consumer reads.
+  static void save_unread(StateWriter& w, const IteratorBase& input) {
+    w.put(0);
+    input.save(w);
+  }
+  // Restores a fresh input from either record and replays the elements taken since.
+  static void restore(StateReader& r, IteratorBase& input, const char* stage);
+
+ private:
+  std::vector<int64_t> anchor_;
+  int64_t since_anchor_ = 0;
+};
+
 inline double elapsed_ns(AnchorClock::Clock::time_point since) {
   return std::chrono::duration<double, std::nano>(AnchorClock::Clock::now() - since).count();
 }

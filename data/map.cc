@@ -11,6 +11,7 @@
 
 namespace strata::data {
 
+using detail::ConsumerPosition;
 using detail::IteratorBase;
 using detail::NodePtr;
 using detail::StageTag;
@@ -53,15 +54,11 @@ class SequentialMapIterator final : public IteratorBase {
   }
   void save(StateWriter& w) const override {
     w.stage(StageTag::Map);
-    w.put(0);
-    input_->save(w);
+    ConsumerPosition::save_unread(w, *input_);
   }
   void restore(StateReader& r) override {
     r.stage(StageTag::Map);
-    const int64_t since = r.get_in("map elements since anchor", 0, INT64_MAX);
-    input_->restore(r);
-    // map is one-to-one and fn is pure: skipping its inputs skips its outputs.
-    detail::skip_elements(*input_, since, "map");
+    ConsumerPosition::restore(r, *input_, "map");
   }
 
  private:
@@ -102,30 +99,21 @@ class ParallelMapIterator final : public IteratorBase {
       finished_ = true;
       std::rethrow_exception(res.error);
     }
-    if (res.anchor) {
-      anchor_ = std::move(*res.anchor);
-      since_anchor_ = 0;
-    } else {
-      ++since_anchor_;
-    }
+    position_.took(res.anchor);
     return std::move(res.element);
   }
 
   void save(StateWriter& w) const override {
     w.stage(StageTag::Map);
     if (!started_) {
-      w.put(0);
-      input_->save(w);  // no worker runs yet: the input is ours to read
+      ConsumerPosition::save_unread(w, *input_);  // no worker runs yet: the input is ours to read
     } else {
-      w.put(since_anchor_);
-      w.append(anchor_);
+      position_.save(w);
     }
   }
   void restore(StateReader& r) override {
     r.stage(StageTag::Map);
-    const int64_t since = r.get_in("map elements since anchor", 0, INT64_MAX);
-    input_->restore(r);
-    detail::skip_elements(*input_, since, "map");
+    ConsumerPosition::restore(r, *input_, "map");
   }
 
  private:
@@ -136,8 +124,7 @@ class ParallelMapIterator final : public IteratorBase {
   };
 
   void start() {
-    anchor_ = detail::save_words(*input_);
-    since_anchor_ = 0;
+    position_.start(*input_);
     started_ = true;
     try {
       for (int64_t i = 0; i < node_.threads_; ++i) threads_.emplace_back([this] { work(); });
@@ -255,8 +242,7 @@ class ParallelMapIterator final : public IteratorBase {
   bool finished_ = false;
   std::exception_ptr broken_;  // failed to start its threads
   int64_t out_seq_ = 0;
-  std::vector<int64_t> anchor_;
-  int64_t since_anchor_ = 0;
+  ConsumerPosition position_;
 };
 
 std::unique_ptr<IteratorBase> MapNode::make_iterator(uint64_t key) const {

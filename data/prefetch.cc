@@ -32,6 +32,7 @@
 
 namespace strata::data {
 
+using detail::ConsumerPosition;
 using detail::IteratorBase;
 using detail::NodePtr;
 using detail::StageTag;
@@ -155,12 +156,7 @@ class PrefetchIterator final : public IteratorBase {
       finished_ = true;
       return std::nullopt;
     }
-    if (item.anchor) {
-      anchor_ = std::move(*item.anchor);
-      since_anchor_ = 0;
-    } else {
-      ++since_anchor_;
-    }
+    position_.took(item.anchor);
     return std::move(item.element);
   }
 
@@ -169,18 +165,14 @@ class PrefetchIterator final : public IteratorBase {
   void save(StateWriter& w) const override {
     w.stage(StageTag::Prefetch);
     if (!ch_) {
-      w.put(0);
-      input_->save(w);  // the producer has not started: the input is ours to read
+      ConsumerPosition::save_unread(w, *input_);  // the producer has not started: the input is ours to read
     } else {
-      w.put(since_anchor_);
-      w.append(anchor_);
+      position_.save(w);
     }
   }
   void restore(StateReader& r) override {
     r.stage(StageTag::Prefetch);
-    const int64_t since = r.get_in("prefetch elements since anchor", 0, INT64_MAX);
-    input_->restore(r);
-    detail::skip_elements(*input_, since, "prefetch");
+    ConsumerPosition::restore(r, *input_, "prefetch");
   }
 
  private:
@@ -220,8 +212,7 @@ class PrefetchIterator final : public IteratorBase {
 
   // Hands the input to a producer task on a parked thread (data/parked_threads.h).
   void start() {
-    anchor_ = detail::save_words(*input_);
-    since_anchor_ = 0;
+    position_.start(*input_);
     auto ch = std::make_shared<Channel>();
     detail::run_on_parked_thread([ch, input = input_.get(), depth = depth_] { produce(ch, *input, depth); });
     ch_ = std::move(ch);  // only once a task will fill the queue
@@ -243,8 +234,7 @@ class PrefetchIterator final : public IteratorBase {
 
   // Consumer side.
   bool finished_ = false;
-  std::vector<int64_t> anchor_;
-  int64_t since_anchor_ = 0;
+  ConsumerPosition position_;
 };
 
 std::unique_ptr<IteratorBase> PrefetchNode::make_iterator(uint64_t key) const {
