@@ -18,6 +18,7 @@
 // A row that cannot be measured (e.g. an op without a CUDA kernel yet) carries an error
 // instead of failing the suite. Inputs are random normal (never zeros, METHOD.md).
 #include <cmath>
+#include <functional>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -63,6 +64,14 @@ struct DeviceBuffer {
   ~DeviceBuffer() { cudaFree(p); }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+};
+
+struct PinnedBuffer {
+  void* p = nullptr;
+  explicit PinnedBuffer(size_t bytes) { cuda_check(cudaHostAlloc(&p, bytes, cudaHostAllocPortable), "cudaHostAlloc"); }
+  ~PinnedBuffer() { cudaFreeHost(p); }
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
 };
 
 struct Cublas {
@@ -188,6 +197,65 @@ void add_elementwise(std::vector<Result>& out, Device dev, int64_t n, int reps) 
   out.push_back(std::move(r));
 }
 
+// Copies between the host and the GPU: strata's non-blocking to() from and into
+// page-locked memory (Tensor::pin_memory; a download allocates its pinned output from the
+// host caching allocator each call), and an upload from pageable memory (staged through a
+// pinned block), each against cudaMemcpyAsync between cudaHostAlloc and cudaMalloc buffers.
+void add_host_copies(std::vector<Result>& out, Device dev, int64_t n, int reps) {
+  const std::string sz = std::to_string(n >> 20) + "M";
+  const size_t bytes = size_t(n) * 4;
+  const double gb = double(bytes) / 1e9;
+  auto sync_cuda = [] { cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); };
+  double up_base = 0, down_base = 0;
+  try {
+    PinnedBuffer host(bytes);
+    DeviceBuffer device(bytes);
+    std::memset(host.p, 0, bytes);
+    up_base = gb / time_device([&] {
+      cuda_check(cudaMemcpyAsync(device.p, host.p, bytes, cudaMemcpyHostToDevice, nullptr), "cudaMemcpyAsync");
+    }, sync_cuda, reps, 5).median_s;
+    down_base = gb / time_device([&] {
+      cuda_check(cudaMemcpyAsync(host.p, device.p, bytes, cudaMemcpyDeviceToHost, nullptr), "cudaMemcpyAsync");
+    }, sync_cuda, reps, 5).median_s;
+  } catch (const std::exception& e) {
+    for (const char* what : {"upload f32 ", "download f32 "}) {
+      Result r{"gpu", what + sz + " pinned", 0, "GB/s", 0, "cudaMemcpyAsync, cudaHostAlloc memory", 0};
+      r.error = e.what();
+      out.push_back(std::move(r));
+    }
+    return;
+  }
+  auto row = [&](const std::string& name, double baseline, const std::function<Tensor()>& copy,
+                 const Tensor& expect) {
+    Result r{"gpu", name, 0, "GB/s", 0, "cudaMemcpyAsync, cudaHostAlloc memory, " + sz + " f32", baseline};
+    try {
+      Tensor last;
+      const Timing t = time_device([&] { last = copy(); }, [&] { synchronize(dev); }, reps, 5);
+      r.value = gb / t.median_s;
+      r.spread = t.spread();
+      const Tensor head = last.slice(0, 0, 1024);
+      r.extra.push_back({"rel_err", rel_error((head.device().is_cpu() ? head : head.to(Device())).to_vector<float>(),
+                                              expect.slice(0, 0, 1024).to_vector<float>())});
+    } catch (const std::exception& e) {
+      r.error = e.what();
+    }
+    out.push_back(std::move(r));
+  };
+  try {
+    DeviceGuard on(dev);
+    const Tensor x = random::uniform({n}, 21);
+    const Tensor pinned = x.pin_memory();
+    const Tensor on_gpu = x.to(dev);
+    row("upload f32 " + sz + " pinned", up_base, [&] { return pinned.to(dev, /*non_blocking=*/true); }, x);
+    row("upload f32 " + sz + " pageable", up_base, [&] { return x.to(dev, /*non_blocking=*/true); }, x);
+    row("download f32 " + sz + " pinned", down_base, [&] { return on_gpu.to(Device(), /*non_blocking=*/true); }, x);
+  } catch (const std::exception& e) {
+    Result r{"gpu", "upload f32 " + sz + " pinned", 0, "GB/s", 0, "cudaMemcpyAsync, cudaHostAlloc memory", up_base};
+    r.error = e.what();
+    out.push_back(std::move(r));
+  }
+}
+
 void add_training(std::vector<Result>& out, Device dev, bool cnn, bool quick) {
   const int64_t batch = cnn ? 64 : 128;
   const int steps = quick ? 2 : (cnn ? 50 : 100);
@@ -260,6 +328,7 @@ std::vector<Result> gpu_suite(const Options& o) {
     add_matmul(out, dev, blas, n, kBFloat16, reps);
   }
   add_elementwise(out, dev, o.quick ? (int64_t(1) << 24) : (int64_t(256) << 20), reps);
+  add_host_copies(out, dev, o.quick ? (int64_t(1) << 22) : (int64_t(64) << 20), reps);
   add_training(out, dev, false, o.quick);
   add_training(out, dev, true, o.quick);
   for (int64_t bytes : o.quick ? std::vector<int64_t>{int64_t(1) << 20} : std::vector<int64_t>{int64_t(1) << 20, int64_t(64) << 20}) {

@@ -10,6 +10,7 @@
 
 #include <strata/core/dispatch.h>
 #include <strata/core/error.h>
+#include <strata/core/pinned_host_allocator.h>
 #include <strata/core/storage.h>
 
 namespace strata {
@@ -230,6 +231,20 @@ Allocator& allocator_for(DeviceType type) {
   return *a;
 }
 
+namespace {
+std::atomic<PinnedHostAllocator*>& pinned_registry() {
+  static std::atomic<PinnedHostAllocator*> r{nullptr};
+  return r;
+}
+}  // namespace
+
+void register_pinned_host_allocator(PinnedHostAllocator* allocator) { pinned_registry().store(allocator); }
+
+PinnedHostAllocator* pinned_host_allocator() {
+  ensure_backends_registered();  // backends register lazily (core/dispatch.h)
+  return pinned_registry().load();
+}
+
 AllocatorStats cpu_allocator_stats() { return cpu_allocator().stats(); }
 
 void cpu_allocator_release_cached() { cpu_allocator().release_cached(); }
@@ -252,7 +267,21 @@ Storage::Storage(size_t bytes, Device device, const Stream& stream)
   data_ = allocator_for(device.type).allocate(bytes, device, stream);
 }
 
+Storage::Storage(size_t bytes, Device device, PinnedHost pinned)
+    : bytes_(bytes), device_(device), stream_(current_stream(device)), pinned_(true) {
+  STRATA_CHECK(device.is_cpu(), pinned.op, ": page-locked memory is host memory, not memory on ", device);
+  PinnedHostAllocator* a = pinned_host_allocator();
+  STRATA_CHECK(a != nullptr, pinned.op, ": page-locked (pinned) host memory needs the CUDA backend, and ",
+               "strata was built without it (or it is not linked into this program)");
+  data_ = a->allocate(bytes, pinned.op);
+}
+
 void Storage::record_stream(const Stream& stream) {
+  if (pinned_) {
+    // Host memory read or written by a GPU's copy engine: held until that work has passed.
+    if (!stream.device().is_cpu()) pinned_host_allocator()->record_stream(data_, stream);
+    return;
+  }
   STRATA_CHECK(stream.device() == device_, "Storage::record_stream: memory on ", device_,
                " cannot be used by a stream of ", stream.device());
   if (owned_ && !(stream == stream_)) allocator_for(device_.type).record_stream(data_, device_, stream);
@@ -263,7 +292,9 @@ Storage::Storage(void* data, size_t bytes, Device device, std::function<void(voi
       owned_(false) {}
 
 Storage::~Storage() {
-  if (owned_) {
+  if (pinned_) {
+    pinned_host_allocator()->deallocate(data_);
+  } else if (owned_) {
     allocator_for(device_.type).deallocate(data_, bytes_, device_);
   } else if (deleter_) {
     deleter_(data_);

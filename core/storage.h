@@ -18,6 +18,12 @@ class Storage {
   Storage(size_t bytes, Device device, const Stream& stream);
   // Wraps memory owned elsewhere; `deleter` runs when the storage dies (may be empty).
   Storage(void* data, size_t bytes, Device device, std::function<void(void*)> deleter);
+  // Page-locked host memory on the CPU device `device`, from the registered
+  // PinnedHostAllocator (core/pinned_host_allocator.h); raises naming `op` without one.
+  struct PinnedHost {
+    const char* op;
+  };
+  Storage(size_t bytes, Device device, PinnedHost pinned);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -29,8 +35,11 @@ class Storage {
   const Stream& stream() const { return stream_; }
   // True when the CPU can read and write the memory directly.
   bool host_addressable() const { return device_.is_cpu(); }
+  // True for page-locked host memory (Tensor::pin_memory).
+  bool pinned() const { return pinned_; }
   // Marks the memory as used by work on another stream of its device, so that the
   // allocator does not reuse it before that work has finished (PyTorch's recordStream).
+  // Pinned host memory may be used by any GPU's streams (asynchronous copies).
   void record_stream(const Stream& stream);
 
  private:
@@ -40,6 +49,7 @@ class Storage {
   Stream stream_;
   std::function<void(void*)> deleter_;
   bool owned_ = true;
+  bool pinned_ = false;
 };
 
 }  // namespace strata

@@ -9,6 +9,7 @@
 #include <strata/core/checked_math.h>
 #include <strata/core/dispatch.h>
 #include <strata/core/ops.h>
+#include <strata/core/pinned_host_allocator.h>
 #include <strata/core/recorder.h>
 
 namespace strata {
@@ -124,14 +125,33 @@ Tensor Tensor::to(Device target, bool non_blocking) const {
   // The copy runs on the stream of its device side (the destination's unless that is the
   // host); its output is allocated for the destination's current stream.
   const Stream stream = target.is_cpu() ? current_stream(device()) : current_stream(target);
-  Tensor out = Tensor::view_of(std::make_shared<Storage>(nbytes(), target), 0, shape(),
-                               contiguous_strides(shape()), dtype());
+  // A non-blocking copy from a GPU lands in page-locked memory, as in PyTorch: into
+  // pageable memory the copy could not run behind the host's back.
+  const bool pin = non_blocking && target.is_cpu() && !device().is_cpu() && pinned_host_allocator() != nullptr;
+  auto storage = pin ? std::make_shared<Storage>(nbytes(), target, Storage::PinnedHost{"Tensor::to"})
+                     : std::make_shared<Storage>(nbytes(), target);
+  Tensor out = Tensor::view_of(std::move(storage), 0, shape(), contiguous_strides(shape()), dtype());
   if (numel() != 0) copy(*this, out, stream, non_blocking);
   // Recorded as a copy: gradients flow back across devices (mirrored replicas).
   const Tensor in[1] = {*this}, outs[1] = {out};
   record_op(OpId::Copy, OpAttrs{}, in, outs);
   return out;
 }
+
+Tensor Tensor::pin_memory() const {
+  STRATA_CHECK(device().is_cpu(), "Tensor::pin_memory: only CPU tensors can be pinned; this ",
+               shape_str(shape()), " ", dtype(), " tensor is on ", device());
+  if (is_pinned()) return *this;
+  Tensor out = Tensor::view_of(std::make_shared<Storage>(nbytes(), device(), Storage::PinnedHost{"Tensor::pin_memory"}),
+                               0, shape(), contiguous_strides(shape()), dtype());
+  out.copy_(*this);
+  // Recorded as a copy, as clone(): gradients flow through.
+  const Tensor in[1] = {*this}, outs[1] = {out};
+  record_op(OpId::Copy, OpAttrs{}, in, outs);
+  return out;
+}
+
+bool Tensor::is_pinned() const { return defined() && impl().storage != nullptr && impl().storage->pinned(); }
 
 void Tensor::copy_(const Tensor& src) const {
   for (size_t d = 0; d < shape().size(); ++d) {

@@ -112,6 +112,14 @@ class Tensor {
   // non_blocking copy may still be running when to() returns (it is ordered before later
   // work on the destination's current stream; synchronize before reading it on the host).
   Tensor to(Device device, bool non_blocking = false) const;
+  // This CPU tensor's values in page-locked host memory (itself when it is already there),
+  // as PyTorch's pin_memory(): copies between it and a GPU then run asynchronously
+  // (to(cuda, /*non_blocking=*/true) reads it without a staging copy), and to(cpu,
+  // /*non_blocking=*/true) of a GPU tensor returns such memory. The host must not write it
+  // while a copy from it may still run, nor read a copy into it before synchronising.
+  // Recorded on the tape as a copy. Needs the CUDA backend (core/pinned_host_allocator.h).
+  Tensor pin_memory() const;
+  bool is_pinned() const;
 
   // Writes `src` (broadcast and cast to this tensor's shape/dtype) into this tensor's
   // memory in place. Used by variables and optimizers; not recorded by autograd.

@@ -125,6 +125,22 @@ def main():
     record("add f32 " + size, "GB/s", add)
     record("copy d2d f32 " + size, "GB/s", copy, "Tensor.copy_, read + write bytes")
 
+    # Host <-> GPU copies, as strata-bench gpu's add_host_copies: non-blocking to() from a
+    # pinned and from a pageable tensor, and into the host (PyTorch pins that output).
+    hn = (1 << 22) if a.quick else (64 << 20)
+    hsize = "%dM" % (hn >> 20)
+
+    def host_copy(make_src, target):
+        def run():
+            src = make_src()
+            t, spread = timed(lambda: src.to(target, non_blocking=True), 5)
+            return 4.0 * hn / t / 1e9, spread
+        return run
+
+    record("upload f32 %s pinned" % hsize, "GB/s", host_copy(lambda: torch.rand(hn).pin_memory(), dev))
+    record("upload f32 %s pageable" % hsize, "GB/s", host_copy(lambda: torch.rand(hn), dev))
+    record("download f32 %s pinned" % hsize, "GB/s", host_copy(lambda: torch.rand(hn, device=dev), "cpu"))
+
     def train(cnn):
         def run():
             torch.manual_seed(0)

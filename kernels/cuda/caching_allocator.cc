@@ -9,8 +9,6 @@
 
 namespace strata::cuda_backend {
 
-namespace {
-
 std::string human_bytes(size_t bytes) {
   const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
   double v = double(bytes);
@@ -27,8 +25,6 @@ std::string human_bytes(size_t bytes) {
   }
   return buf;
 }
-
-}  // namespace
 
 bool CachingAllocator::BlockLess::operator()(const Block* a, const Block* b) const {
   return std::make_tuple(a->stream.id(), a->size, reinterpret_cast<uintptr_t>(a->ptr)) <

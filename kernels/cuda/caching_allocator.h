@@ -28,6 +28,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -37,17 +38,14 @@
 
 namespace strata::cuda_backend {
 
-// What the caching allocator needs of one device.
-class DeviceMemory {
+// `bytes` for messages: "512 bytes", "1.50 MiB".
+std::string human_bytes(size_t bytes);
+
+// Events on streams: how the caching allocators (this one and the host one,
+// host_caching_allocator.h) learn that the work using a freed block has passed.
+class StreamEvents {
  public:
-  virtual ~DeviceMemory() = default;
-  // `bytes` of device memory, or nullptr when the device has not enough free memory.
-  // Other failures throw strata::Error.
-  virtual void* malloc(size_t bytes) = 0;
-  virtual void free(void* ptr) = 0;
-  // Free and total memory of the device (for the out-of-memory message).
-  virtual size_t free_bytes() = 0;
-  virtual size_t total_bytes() = 0;
+  virtual ~StreamEvents() = default;
   // An event marking the work enqueued on `stream` so far.
   virtual void* record_event(const Stream& stream) = 0;
   // True once the work before the event has finished.
@@ -55,6 +53,18 @@ class DeviceMemory {
   // Blocks until the work before the event has finished.
   virtual void synchronize_event(void* event) = 0;
   virtual void destroy_event(void* event) = 0;
+};
+
+// What the caching allocator needs of one device.
+class DeviceMemory : public StreamEvents {
+ public:
+  // `bytes` of device memory, or nullptr when the device has not enough free memory.
+  // Other failures throw strata::Error.
+  virtual void* malloc(size_t bytes) = 0;
+  virtual void free(void* ptr) = 0;
+  // Free and total memory of the device (for the out-of-memory message).
+  virtual size_t free_bytes() = 0;
+  virtual size_t total_bytes() = 0;
 };
 
 struct CachingAllocatorStats {

@@ -6,7 +6,6 @@
 #include <array>
 #include <atomic>
 #include <cstring>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -15,6 +14,7 @@
 #include <strata/core/data_error.h>
 #include <strata/core/dispatch.h>
 #include <strata/core/error.h>
+#include <strata/core/pinned_host_allocator.h>
 #include <strata/core/tensor.h>
 #include <strata/kernels/cuda/check.h>
 #include <strata/kernels/cuda/launch.h>
@@ -174,11 +174,36 @@ CudaStreams& streams() {
   return *s;
 }
 
-// ---- device memory for the caching allocator ----
+// ---- memory for the caching allocators ----
 
-class CudaDeviceMemory final : public DeviceMemory {
+// The caching allocators' StreamEvents over cudaEvent_t; errors name `op`.
+template <class Memory>
+class WithCudaEvents : public Memory {
  public:
-  explicit CudaDeviceMemory(int index) : index_(index) {}
+  explicit WithCudaEvents(const char* op) : op_(op) {}
+  void* record_event(const Stream& stream) override { return record_new_event(stream, op_); }
+  bool query_event(void* event) override {
+    const cudaError_t e = cudaEventQuery(static_cast<cudaEvent_t>(event));
+    if (e == cudaSuccess) return true;
+    if (e == cudaErrorNotReady) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    fail_cuda(op_, "cudaEventQuery(event)", e, __FILE__, __LINE__);
+    return false;
+  }
+  void synchronize_event(void* event) override {
+    STRATA_CUDA_CHECK(op_, cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
+  }
+  void destroy_event(void* event) override { cudaEventDestroy(static_cast<cudaEvent_t>(event)); }
+
+ private:
+  const char* op_;
+};
+
+class CudaDeviceMemory final : public WithCudaEvents<DeviceMemory> {
+ public:
+  explicit CudaDeviceMemory(int index) : WithCudaEvents("cuda allocator"), index_(index) {}
   void* malloc(size_t bytes) override {
     set_device(index_);
     void* p = nullptr;
@@ -206,21 +231,6 @@ class CudaDeviceMemory final : public DeviceMemory {
     STRATA_CUDA_CHECK("cuda allocator", cudaMemGetInfo(&f, &t));
     return t;
   }
-  void* record_event(const Stream& stream) override { return record_new_event(stream, "cuda allocator"); }
-  bool query_event(void* event) override {
-    const cudaError_t e = cudaEventQuery(static_cast<cudaEvent_t>(event));
-    if (e == cudaSuccess) return true;
-    if (e == cudaErrorNotReady) {
-      (void)cudaGetLastError();
-      return false;
-    }
-    fail_cuda("cuda allocator", "cudaEventQuery(event)", e, __FILE__, __LINE__);
-    return false;
-  }
-  void synchronize_event(void* event) override {
-    STRATA_CUDA_CHECK("cuda allocator", cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
-  }
-  void destroy_event(void* event) override { cudaEventDestroy(static_cast<cudaEvent_t>(event)); }
 
  private:
   int index_;
@@ -232,64 +242,27 @@ std::unique_ptr<DeviceMemory> make_device_memory(int index) {
 
 void check_device(int index, const char* op) { require_device(index, op); }
 
-// ---- pinned staging buffers ----
-
-// Page-locked host buffers for asynchronous host-to-device copies: the host data is
-// copied into one, the DMA reads it later, and the buffer is reused only after an event
-// recorded behind that DMA has passed. Sizes are powers of two from 64 KiB.
-class PinnedPool {
+class CudaPageLockedMemory final : public WithCudaEvents<PageLockedMemory> {
  public:
-  void* take(size_t bytes, size_t* capacity) {
-    size_t cap = size_t(1) << 16;
-    while (cap < bytes) cap <<= 1;
-    *capacity = cap;
-    std::lock_guard<std::mutex> lock(mutex_);
-    reap();
-    auto it = free_.find(cap);
-    if (it != free_.end()) {
-      void* p = it->second;
-      free_.erase(it);
-      return p;
-    }
+  CudaPageLockedMemory() : WithCudaEvents("pinned host allocator") {}
+  void* allocate(size_t bytes, const char* op) override {
+    require_device(0, op);  // without a GPU the driver's error would not say so
     void* p = nullptr;
-    STRATA_CUDA_CHECK("copy to cuda", cudaHostAlloc(&p, cap, cudaHostAllocPortable));
+    // Portable: the memory is page-locked for every device's context, not only the current one.
+    const cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
+    if (e == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();
+      return nullptr;
+    }
+    if (e != cudaSuccess) fail_cuda(op, "cudaHostAlloc(&p, bytes, cudaHostAllocPortable)", e, __FILE__, __LINE__);
     return p;
   }
-  // `p` is reusable once the work enqueued on `stream` so far has finished.
-  void give_back(void* p, size_t capacity, const Stream& stream) {
-    cudaEvent_t ev = record_new_event(stream, "copy to cuda");
-    std::lock_guard<std::mutex> lock(mutex_);
-    pending_.push_back({p, capacity, ev});
-  }
-
- private:
-  struct Pending {
-    void* ptr;
-    size_t capacity;
-    cudaEvent_t event;
-  };
-  void reap() {
-    std::vector<Pending> still;
-    for (const Pending& p : pending_) {
-      const cudaError_t e = cudaEventQuery(p.event);
-      if (e == cudaErrorNotReady) {
-        (void)cudaGetLastError();
-        still.push_back(p);
-        continue;
-      }
-      cudaEventDestroy(p.event);
-      if (e == cudaSuccess) free_.emplace(p.capacity, p.ptr);  // on error: drop the buffer
-    }
-    pending_.swap(still);
-  }
-  std::mutex mutex_;
-  std::multimap<size_t, void*> free_;
-  std::vector<Pending> pending_;
+  void free(void* ptr) override { STRATA_CUDA_CHECK("pinned host allocator", cudaFreeHost(ptr)); }
 };
 
-PinnedPool& pinned_pool() {
-  static PinnedPool* p = new PinnedPool();
-  return *p;
+HostCachingAllocator& host_allocator_instance() {
+  static HostCachingAllocator* a = new HostCachingAllocator(std::make_unique<CudaPageLockedMemory>());
+  return *a;
 }
 
 // ---- copies (core/dispatch.h CopyFn) ----
@@ -299,14 +272,23 @@ void copy_cpu_to_cuda(const Tensor& src, const Tensor& dst, const Stream& stream
   const size_t n = s.nbytes();
   if (n == 0) return;
   set_device(stream.device().index);
+  if (non_blocking && s.is_pinned()) {
+    // The DMA reads the tensor's own page-locked memory; its block is not reused before
+    // the copy has finished (the caller must not write it meanwhile, as in PyTorch).
+    STRATA_CUDA_CHECK("copy to cuda",
+                      cudaMemcpyAsync(dst.raw_data(), s.raw_data(), n, cudaMemcpyHostToDevice, native_stream(stream)));
+    s.storage()->record_stream(stream);
+    return;
+  }
   if (non_blocking) {
-    // Stage through pinned memory: the caller may reuse its host buffer at once, and the
-    // DMA runs asynchronously.
-    size_t cap = 0;
-    void* staging = pinned_pool().take(n, &cap);
+    // Stage through page-locked memory: the caller may reuse its host buffer at once, and
+    // the DMA runs asynchronously.
+    HostCachingAllocator& host = host_allocator_instance();
+    void* staging = host.allocate(n, "copy to cuda");
     std::memcpy(staging, s.raw_data(), n);
     const cudaError_t e = cudaMemcpyAsync(dst.raw_data(), staging, n, cudaMemcpyHostToDevice, native_stream(stream));
-    pinned_pool().give_back(staging, cap, stream);
+    if (e == cudaSuccess) host.record_stream(staging, stream);
+    host.deallocate(staging);
     if (e != cudaSuccess) fail_cuda("copy to cuda", "cudaMemcpyAsync(dst, staging, n, H2D, stream)", e, __FILE__, __LINE__);
     return;
   }
@@ -320,9 +302,12 @@ void copy_cuda_to_cpu(const Tensor& src, const Tensor& dst, const Stream& stream
   const size_t n = s.nbytes();
   if (n == 0) return;
   set_device(stream.device().index);
-  // Into pageable memory (CPU tensors' memory) CUDA returns only once the copy is done.
+  // Into pageable memory CUDA returns only once the copy is done; into page-locked memory
+  // (to(cpu, non_blocking) allocates it) the copy runs behind the host's back, and the
+  // block is not reused before it has finished.
   STRATA_CUDA_CHECK("copy to cpu",
                     cudaMemcpyAsync(dst.raw_data(), s.raw_data(), n, cudaMemcpyDeviceToHost, native_stream(stream)));
+  if (dst.is_pinned()) dst.storage()->record_stream(stream);
   // A host read synchronises: it is where deferred data errors surface.
   if (!non_blocking) streams().synchronize(stream);
 }
@@ -394,13 +379,18 @@ DeviceProperties properties(int index) {
 
 CudaAllocator& allocator() { return allocator_instance(); }
 CachingAllocatorStats allocator_stats(int index) { return allocator_instance().device_stats(index); }
-void empty_cache() { allocator_instance().empty_cache(); }
+void empty_cache() {
+  allocator_instance().empty_cache();
+  host_allocator_instance().empty_cache();
+}
+HostCachingAllocator& host_allocator() { return host_allocator_instance(); }
 
 void register_backend() {
   static std::once_flag once;
   std::call_once(once, [] {
     register_stream_backend(DeviceType::CUDA, &streams());
     register_allocator(DeviceType::CUDA, &allocator_instance());
+    register_pinned_host_allocator(&host_allocator_instance());
     register_copy(DeviceType::CPU, DeviceType::CUDA, copy_cpu_to_cuda);
     register_copy(DeviceType::CUDA, DeviceType::CPU, copy_cuda_to_cpu);
     register_copy(DeviceType::CUDA, DeviceType::CUDA, copy_cuda_to_cuda);

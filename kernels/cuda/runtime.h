@@ -1,5 +1,5 @@
 // The CUDA runtime layer of the backend: devices, streams, events, the deferred data-error
-// record, pinned staging buffers, copies and the caching allocator.
+// record, copies, the caching allocator and the page-locked host memory's allocator.
 //
 // A library built with CUDA runs on machines without a GPU: device_count() is then 0
 // (any driver error counts as "no device") and the first use of `cuda:N` raises a
@@ -15,6 +15,7 @@
 #include <strata/core/device.h>
 #include <strata/core/stream.h>
 #include <strata/kernels/cuda/caching_allocator.h>
+#include <strata/kernels/cuda/host_caching_allocator.h>
 
 namespace strata::cuda_backend {
 
@@ -36,8 +37,11 @@ DeviceProperties properties(int index);
 // The CUDA allocator (registered for DeviceType::CUDA) and its per-device statistics.
 CudaAllocator& allocator();
 CachingAllocatorStats allocator_stats(int index);
-// Returns the cached, unused segments of every device to the driver.
+// Returns the cached, unused segments of every device to the driver, and the cached
+// page-locked host blocks.
 void empty_cache();
+// The allocator of page-locked host memory (registered as core's PinnedHostAllocator).
+HostCachingAllocator& host_allocator();
 
 // Registers the backend's stream backend, allocator, copies and kernels (run once by the
 // backend's BackendRegistration; idempotent).

@@ -7,6 +7,7 @@
 #include <strata/core/allocator.h>
 #include <strata/core/dispatch.h>
 #include <strata/core/op_id.h>
+#include <strata/core/pinned_host_allocator.h>
 #include "tests/core/core_test_helpers.h"
 
 using namespace strata;
@@ -150,6 +151,14 @@ TEST_CASE("errors: a missing kernel is reported with the op and the device", "[e
   REQUIRE_THROWS_WITH(add(a, ones({2})), Contains("add: inputs are on different devices: cuda:0 and cpu:0"));
   REQUIRE_THROWS_WITH(matmul(ones({2, 2}), fake_cuda({2, 2})), Contains("matmul: inputs are on different devices"));
   REQUIRE_THROWS_WITH(concat({ones({2}), a}, 0), Contains("concat: inputs are on different devices"));
+}
+
+TEST_CASE("errors: pin_memory without the CUDA backend says so", "[errors]") {
+  REQUIRE(pinned_host_allocator() == nullptr);  // core's tests link no backend
+  REQUIRE_THROWS_WITH(ones({2}).pin_memory(),
+                      StartsWith("Tensor::pin_memory: page-locked (pinned) host memory needs the CUDA backend"));
+  CHECK_FALSE(ones({2}).is_pinned());
+  CHECK_FALSE(Tensor().is_pinned());
 }
 
 TEST_CASE("errors: every op has a CPU kernel or is a view op", "[errors][dispatch]") {

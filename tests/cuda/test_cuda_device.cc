@@ -95,6 +95,48 @@ TEST_CASE("cuda: copies round-trip in every dtype, strided and non-blocking", "[
   CHECK(mismatch(on_cpu(doubled), add(big, big), Tolerance{}).empty());
 }
 
+TEST_CASE("cuda: pinned host memory: asynchronous copies both ways, blocks held while a copy may use them",
+          "[cuda]") {
+  const Tensor x = random::uniform({1 << 22}, 11);  // 16 MiB
+  const Tensor px = x.pin_memory();
+  CHECK(px.is_pinned());
+  CHECK_FALSE(x.is_pinned());
+  const Tensor d = px.to(cuda(0), /*non_blocking=*/true);
+  const Tensor back = d.to(Device(), /*non_blocking=*/true);
+  CHECK(back.is_pinned());
+  synchronize(cuda(0));
+  CHECK(mismatch(back, x, Tolerance{}).empty());
+
+  // Queue a few large products on the stream, so that the copies behind them wait, then
+  // drop the host tensors those copies read and write and write fresh pinned tensors of
+  // the same size at once: the allocator must not hand the blocks out before the copies
+  // have finished, whichever way the timing goes.
+  const Tensor a = random::uniform({4096, 4096}, 12).to(cuda(0));
+  synchronize(cuda(0));
+  Tensor slow = a;
+  for (int i = 0; i < 4; ++i) slow = matmul(slow, a);
+  Tensor up;
+  {
+    const Tensor src = x.pin_memory();
+    up = src.to(cuda(0), /*non_blocking=*/true);
+  }
+  Tensor reused_src = full({1 << 22}, -1.0, kFloat32).pin_memory();  // written by the host now
+  const Tensor down_src = add(up, up);
+  {
+    const Tensor dst = down_src.to(Device(), /*non_blocking=*/true);
+    (void)dst;
+  }
+  const Tensor reused_dst = full({1 << 22}, -2.0, kFloat32).pin_memory();
+  synchronize(cuda(0));
+  CHECK(mismatch(on_cpu(up), x, Tolerance{}).empty());
+  CHECK(reused_src.to_vector<float>() == std::vector<float>(size_t(1) << 22, -1.0f));
+  CHECK(reused_dst.to_vector<float>() == std::vector<float>(size_t(1) << 22, -2.0f));
+  (void)slow;
+  const auto st = cuda_backend::host_allocator().stats();
+  CHECK(st.lost_blocks == 0);
+  cuda_backend::empty_cache();
+}
+
 TEST_CASE("cuda: every op-info sample of the ported families matches the CPU", "[cuda]") {
   const cuda_testing::ParityReport r = cuda_testing::run_parity(cuda(0), /*emulated=*/false, ported_family);
   std::cout << "[cuda parity] " << r.summary() << "\n";

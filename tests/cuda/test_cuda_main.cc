@@ -35,6 +35,7 @@ int check_no_device() {
   };
   expect_error("zeros on cuda:0", [] { (void)zeros({3}, kFloat32, cuda(0)); });
   expect_error("Tensor::to(cuda:0)", [] { (void)ones({2, 2}).to(cuda(0)); });
+  expect_error("Tensor::pin_memory", [] { (void)ones({2, 2}).pin_memory(); });
   expect_error("DeviceGuard + op", [] {
     DeviceGuard on(cuda(0));
     (void)arange(0, 4);

@@ -19,7 +19,9 @@
 #include <strata/core/contiguous.h>
 #include <strata/core/dispatch.h>
 #include <strata/core/error.h>
+#include <strata/core/pinned_host_allocator.h>
 #include <strata/kernels/cuda/caching_allocator.h>
+#include <strata/kernels/cuda/host_caching_allocator.h>
 #include <strata/kernels/cuda/launch.h>
 
 namespace strata::cuda_backend {
@@ -67,6 +69,23 @@ class HostMemory final : public cuda_backend::DeviceMemory {
 
 std::unique_ptr<cuda_backend::DeviceMemory> make_memory(int) { return std::make_unique<HostMemory>(); }
 
+// "Page-locked" memory of the emulated devices: plain host memory, with immediate events.
+class EmulatedPageLockedMemory final : public cuda_backend::PageLockedMemory {
+ public:
+  void* allocate(size_t bytes, const char*) override { return std::aligned_alloc(4096, bytes); }
+  void free(void* ptr) override { std::free(ptr); }
+  void* record_event(const Stream&) override { return this; }
+  bool query_event(void*) override { return true; }
+  void synchronize_event(void*) override {}
+  void destroy_event(void*) override {}
+};
+
+cuda_backend::HostCachingAllocator& host_allocator_instance() {
+  static cuda_backend::HostCachingAllocator* a =
+      new cuda_backend::HostCachingAllocator(std::make_unique<EmulatedPageLockedMemory>());
+  return *a;
+}
+
 void raise_deferred_error(int index) {
   DataError e;
   {
@@ -107,15 +126,18 @@ cuda_backend::CudaAllocator& allocator_instance() {
   return *a;
 }
 
+// Page-locked memory is recorded as used by the copy's stream, as runtime.cc does.
 void copy_cpu_to_cuda(const Tensor& src, const Tensor& dst, const Stream& stream, bool non_blocking) {
   const Tensor s = src.is_contiguous() ? src : src.contiguous();
   if (s.nbytes()) std::memcpy(dst.raw_data(), s.raw_data(), s.nbytes());
+  if (s.is_pinned()) s.storage()->record_stream(stream);
   if (!non_blocking) streams().synchronize(stream);
 }
 
 void copy_cuda_to_cpu(const Tensor& src, const Tensor& dst, const Stream& stream, bool non_blocking) {
   const Tensor s = contiguous_untaped(src);
   if (s.nbytes()) std::memcpy(dst.raw_data(), s.raw_data(), s.nbytes());
+  if (dst.is_pinned()) dst.storage()->record_stream(stream);
   if (!non_blocking) streams().synchronize(stream);
 }
 
@@ -134,6 +156,7 @@ void copy_cuda_to_cuda(const Tensor& src, const Tensor& dst, const Stream& strea
 void init() {
   register_stream_backend(DeviceType::CUDA, &streams());
   register_allocator(DeviceType::CUDA, &allocator_instance());
+  register_pinned_host_allocator(&host_allocator_instance());
   register_copy(DeviceType::CPU, DeviceType::CUDA, copy_cpu_to_cuda);
   register_copy(DeviceType::CUDA, DeviceType::CPU, copy_cuda_to_cpu);
   register_copy(DeviceType::CUDA, DeviceType::CUDA, copy_cuda_to_cuda);
@@ -145,6 +168,8 @@ const BackendRegistration kRegistration("cuda-emulated", init);
 }  // namespace
 
 cuda_backend::CudaAllocator& allocator() { return allocator_instance(); }
+
+cuda_backend::HostCachingAllocator& host_allocator() { return host_allocator_instance(); }
 
 int64_t launches() { return emu::launch_count().load(); }
 

@@ -4,14 +4,16 @@
 #include <cstdint>
 
 #include <strata/kernels/cuda/caching_allocator.h>
+#include <strata/kernels/cuda/host_caching_allocator.h>
 
 namespace strata::cuda_emulation {
 
 // Emulated devices: cuda:0 and cuda:1 (two, so that cross-device copies run too).
 inline constexpr int kDevices = 2;
 
-// The caching allocator of the emulated devices.
+// The caching allocator of the emulated devices, and that of their "page-locked" host memory.
 cuda_backend::CudaAllocator& allocator();
+cuda_backend::HostCachingAllocator& host_allocator();
 // Emulated kernel launches so far (to check that an op ran on the emulated device).
 int64_t launches();
 // Registers the hand-written kernel families for DeviceType::CUDA (emulated_kernels.cc).
