@@ -11,6 +11,7 @@
 
 #include <strata/core/error.h>
 #include <strata/kernels/cuda/caching_allocator.h>
+#include "tests/cuda_emulation/fake_memory.h"
 
 using namespace strata;
 using strata::cuda_backend::CachingAllocator;
@@ -19,64 +20,15 @@ namespace {
 
 constexpr size_t KiB = 1024, MiB = 1024 * 1024;
 
-// A device with `capacity` bytes of address space (never dereferenced) and events that
-// complete when the test says their stream has finished.
-struct FakeDeviceState {
-  size_t capacity = 1024 * MiB;
-  size_t used = 0;
-  uintptr_t next = 0x100000000ull;
-  std::map<uintptr_t, size_t> live;
-  int mallocs = 0, frees = 0, failed_mallocs = 0;
-  struct Event {
-    uint64_t stream_id;
-    bool done;
-  };
-  std::map<int, Event> events;
-  int next_event = 1;
-  int live_events() const { return int(events.size()); }
-  // Every event recorded on the stream so far has passed.
-  void finish(const Stream& s) {
-    for (auto& [id, e] : events) {
-      if (e.stream_id == s.id()) e.done = true;
-    }
-  }
-};
+using FakeDeviceState = testing::FakeMemoryState;
 
-class FakeDevice final : public cuda_backend::DeviceMemory {
+class FakeDevice final : public testing::FakeMemory<cuda_backend::DeviceMemory> {
  public:
-  explicit FakeDevice(std::shared_ptr<FakeDeviceState> s) : s_(std::move(s)) {}
-  void* malloc(size_t bytes) override {
-    if (s_->used + bytes > s_->capacity) {
-      ++s_->failed_mallocs;
-      return nullptr;
-    }
-    const uintptr_t p = s_->next;
-    s_->next += (bytes + 4095) / 4096 * 4096 + 4096;  // a gap: segments never touch
-    s_->used += bytes;
-    s_->live[p] = bytes;
-    ++s_->mallocs;
-    return reinterpret_cast<void*>(p);
-  }
-  void free(void* ptr) override {
-    auto it = s_->live.find(reinterpret_cast<uintptr_t>(ptr));
-    REQUIRE(it != s_->live.end());
-    s_->used -= it->second;
-    s_->live.erase(it);
-    ++s_->frees;
-  }
+  using FakeMemory::FakeMemory;
+  void* malloc(size_t bytes) override { return s_->take(bytes); }
+  void free(void* ptr) override { s_->give_back(ptr); }
   size_t free_bytes() override { return s_->capacity - s_->used; }
   size_t total_bytes() override { return s_->capacity; }
-  void* record_event(const Stream& stream) override {
-    const int id = s_->next_event++;
-    s_->events[id] = {stream.id(), false};
-    return reinterpret_cast<void*>(uintptr_t(id));
-  }
-  bool query_event(void* e) override { return s_->events.at(int(reinterpret_cast<uintptr_t>(e))).done; }
-  void synchronize_event(void* e) override { s_->events.at(int(reinterpret_cast<uintptr_t>(e))).done = true; }
-  void destroy_event(void* e) override { s_->events.erase(int(reinterpret_cast<uintptr_t>(e))); }
-
- private:
-  std::shared_ptr<FakeDeviceState> s_;
 };
 
 struct Fixture {

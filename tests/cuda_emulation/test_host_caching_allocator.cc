@@ -5,10 +5,7 @@
 // the emulated devices, which run the same bookkeeping through core's PinnedHostAllocator.
 #include <catch2/catch.hpp>
 
-#include <map>
 #include <memory>
-#include <mutex>
-#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -18,6 +15,7 @@
 #include <strata/core/pinned_host_allocator.h>
 #include <strata/core/random.h>
 #include <strata/kernels/cuda/host_caching_allocator.h>
+#include "tests/cuda_emulation/fake_memory.h"
 #include "tests/cuda_emulation/emulated_runtime.h"
 
 using namespace strata;
@@ -27,72 +25,15 @@ namespace {
 
 constexpr size_t KiB = 1024, MiB = 1024 * 1024;
 
-// Page-locked memory with a `capacity` (addresses never dereferenced) and events that pass
-// when the test says their stream has finished; recording or querying can be made to fail.
-struct FakeHostState {
-  std::mutex mu;  // the allocator calls the driver's allocation outside its lock, as cudaHostAlloc allows
-  size_t capacity = 1024 * MiB;
-  size_t used = 0;
-  uintptr_t next = 0x200000000ull;
-  std::map<uintptr_t, size_t> live;
-  int allocs = 0, frees = 0, refused = 0;
-  bool fail_record = false, fail_query = false;
-  struct Event {
-    uint64_t stream_id;
-    bool done;
-  };
-  std::map<int, Event> events;
-  int next_event = 1;
-  void finish(const Stream& s) {
-    for (auto& [id, e] : events) {
-      if (e.stream_id == s.id()) e.done = true;
-    }
-  }
-};
-
-class FakeHostMemory final : public cuda_backend::PageLockedMemory {
+class FakeHostMemory final : public testing::FakeMemory<cuda_backend::PageLockedMemory> {
  public:
-  explicit FakeHostMemory(std::shared_ptr<FakeHostState> s) : s_(std::move(s)) {}
-  void* allocate(size_t bytes, const char*) override {
-    std::lock_guard<std::mutex> lock(s_->mu);
-    if (s_->used + bytes > s_->capacity) {
-      ++s_->refused;
-      return nullptr;
-    }
-    const uintptr_t p = s_->next;
-    s_->next += bytes + 4096;
-    s_->used += bytes;
-    s_->live[p] = bytes;
-    ++s_->allocs;
-    return reinterpret_cast<void*>(p);
-  }
-  void free(void* ptr) override {
-    std::lock_guard<std::mutex> lock(s_->mu);
-    auto it = s_->live.find(reinterpret_cast<uintptr_t>(ptr));
-    REQUIRE(it != s_->live.end());
-    s_->used -= it->second;
-    s_->live.erase(it);
-    ++s_->frees;
-  }
-  void* record_event(const Stream& stream) override {
-    if (s_->fail_record) throw std::runtime_error("event record failed");
-    const int id = s_->next_event++;
-    s_->events[id] = {stream.id(), false};
-    return reinterpret_cast<void*>(uintptr_t(id));
-  }
-  bool query_event(void* e) override {
-    if (s_->fail_query) throw std::runtime_error("event query failed");
-    return s_->events.at(int(reinterpret_cast<uintptr_t>(e))).done;
-  }
-  void synchronize_event(void* e) override { s_->events.at(int(reinterpret_cast<uintptr_t>(e))).done = true; }
-  void destroy_event(void* e) override { s_->events.erase(int(reinterpret_cast<uintptr_t>(e))); }
-
- private:
-  std::shared_ptr<FakeHostState> s_;
+  using FakeMemory::FakeMemory;
+  void* allocate(size_t bytes, const char*) override { return s_->take(bytes); }
+  void free(void* ptr) override { s_->give_back(ptr); }
 };
 
 struct Fixture {
-  std::shared_ptr<FakeHostState> mem = std::make_shared<FakeHostState>();
+  std::shared_ptr<testing::FakeMemoryState> mem = std::make_shared<testing::FakeMemoryState>();
   std::unique_ptr<HostCachingAllocator> alloc;
   Stream gpu0{cuda(0), 5}, gpu1{cuda(1), 6}, host{Device(), 0};
   explicit Fixture(size_t capacity = 1024 * MiB) {
@@ -123,7 +64,7 @@ TEST_CASE("host caching allocator: a block no GPU stream used is reused at once,
   CHECK(small != a);
   void* b = f.get(8000);  // the same rounded size: the cached block
   CHECK(b == a);
-  CHECK(f.mem->allocs == 2);
+  CHECK(f.mem->mallocs == 2);
   CHECK(f.stats().host_allocs == 2);
   // A CPU stream is immediate: recording it holds nothing back.
   f.alloc->record_stream(b, f.host);
@@ -240,12 +181,12 @@ TEST_CASE("host caching allocator: out of memory empties the cache, retries once
   void* a = f.get(512 * KiB);
   f.alloc->deallocate(a);  // cached: 512 KiB of the 1 MiB
   void* b = f.get(1 * MiB);  // refused, the cache released, granted
-  CHECK(f.mem->refused == 1);
+  CHECK(f.mem->failed_mallocs == 1);
   CHECK(f.stats().host_frees == 1);
   CHECK_THROWS_WITH(f.get(1), Catch::Contains("test: out of page-locked host memory") &&
                                   Catch::Contains("4.00 KiB") && Catch::Contains("1 bytes requested") &&
                                   Catch::Contains("1.00 MiB in pinned tensors"));
-  CHECK(f.mem->refused == 3);
+  CHECK(f.mem->failed_mallocs == 3);
   f.alloc->deallocate(b);
   CHECK(f.get(1) != nullptr);  // usable again
 }
