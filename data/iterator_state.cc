@@ -71,6 +71,7 @@ const char* stage_tag_name(StageTag tag) {
     case StageTag::Cache: return "cache";
     case StageTag::Prefetch: return "prefetch";
     case StageTag::BinaryRecords: return "binary_records";
+    case StageTag::ReplicaSplit: return "distribute (split between replicas)";
   }
   return "unknown";
 }
@@ -83,7 +84,7 @@ void StateReader::stage(StageTag tag) {
   const int64_t w = words_[pos_];
   if (w != kStageMarkerBase + int64_t(tag)) {
     const int64_t found = w - kStageMarkerBase;
-    if (found >= int64_t(StageTag::TensorSlices) && found <= int64_t(StageTag::BinaryRecords)) {
+    if (found >= int64_t(StageTag::TensorSlices) && found <= int64_t(StageTag::Last)) {
       fail("Iterator::restore: state does not match this pipeline: stage '", stage_tag_name(tag),
            "' found the record of stage '", stage_tag_name(StageTag(found)), "'");
     }
@@ -91,6 +92,10 @@ void StateReader::stage(StageTag tag) {
          "' found word ", w, " at position ", pos_, " instead of its marker");
   }
   ++pos_;
+}
+
+bool StateReader::next_is(StageTag tag) const {
+  return pos_ < words_.size() && words_[pos_] == kStageMarkerBase + int64_t(tag);
 }
 
 int64_t StateReader::get(const char* what) {

@@ -49,6 +49,10 @@ enum class StageTag : int64_t {
   Cache,
   Prefetch,
   BinaryRecords,
+  // distribute::DistributedDataset's stage that splits global batches between replicas
+  // (distribute/replica_split_stage.h).
+  ReplicaSplit,
+  Last = ReplicaSplit,
 };
 const char* stage_tag_name(StageTag tag);
 
@@ -72,6 +76,9 @@ class StateReader {
   explicit StateReader(std::span<const int64_t> words) : words_(words) {}
   // Throws unless the next word is `tag`'s marker.
   void stage(StageTag tag);
+  // Whether the next word is `tag`'s marker (consumes nothing): for a stage that also
+  // accepts the record an older version of it wrote.
+  bool next_is(StageTag tag) const;
   // Reads one word; `what` names it in the error raised when the state is too short.
   int64_t get(const char* what);
   uint64_t get_u64(const char* what) { return static_cast<uint64_t>(get(what)); }

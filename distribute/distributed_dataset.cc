@@ -1,9 +1,10 @@
 #include <strata/distribute/distributed_dataset.h>
 
 #include <algorithm>
-#include <deque>
 
 #include <strata/core/ops.h>
+#include <strata/distribute/cross_worker.h>
+#include <strata/distribute/replica_split_stage.h>
 #include <strata/distribute/strategy.h>
 
 namespace strata::distribute {
@@ -53,8 +54,63 @@ Tensor place(const Tensor& t, const Device& device, bool fetch) {
 
 // ---- iterator ----
 
-DistributedIterator::DistributedIterator(Strategy& strategy, data::Iterator it, bool per_replica_elements)
-    : strategy_(strategy), it_(std::move(it)), per_replica_elements_(per_replica_elements) {}
+DistributedIterator::DistributedIterator(Strategy& strategy, data::Iterator it, bool per_replica_elements,
+                                         bool per_worker_positions)
+    : strategy_(strategy),
+      it_(std::move(it)),
+      per_replica_elements_(per_replica_elements),
+      per_worker_positions_(per_worker_positions) {}
+
+JobInputPosition DistributedIterator::save_job_position() {
+  JobInputPosition position;
+  const data::IteratorState mine = it_.save();
+  if (!per_worker_positions_) {
+    position.states.push_back(mine);
+    return position;
+  }
+  // Every worker's words, concatenated in worker order, and how many each has.
+  Communicator* workers = strategy_.worker_communicator();
+  STRATA_CHECK(workers != nullptr, "DistributedIterator::save_job_position: positions per worker but no worker "
+               "communicator");
+  const int64_t count = int64_t(mine.words.size());
+  const Tensor counts =
+      cross_worker_concat(*workers, Tensor::from_vector(std::vector<int64_t>{count}, {1}, kInt64, Device()), 0);
+  const std::vector<int64_t> all =
+      cross_worker_concat(*workers, Tensor::from_vector(mine.words, {count}, kInt64, Device()), 0).to_vector<int64_t>();
+  position.per_worker = true;
+  size_t at = 0;
+  for (int64_t n : counts.to_vector<int64_t>()) {
+    const auto first = all.begin() + std::ptrdiff_t(at);
+    position.states.push_back(data::IteratorState{{first, first + std::ptrdiff_t(n)}});
+    at += size_t(n);
+  }
+  return position;
+}
+
+void DistributedIterator::restore_job_position(const JobInputPosition& position) {
+  const int workers = strategy_.num_workers();
+  if (!per_worker_positions_) {
+    STRATA_CHECK(!position.per_worker,
+                 "DistributedIterator::restore_job_position: the checkpoint holds the input positions of ",
+                 position.states.size(), " workers that each read input of their own (File/Off auto-sharding, or "
+                 "distribute_datasets_from_function across workers), but in this job every worker reads the same "
+                 "input (", workers == 1 ? "one worker" : "Data auto-sharding",
+                 "): resume with the sharding and the number of workers it was saved with");
+    STRATA_CHECK(position.states.size() == 1, "DistributedIterator::restore_job_position: expected one shared "
+                 "position, got ", position.states.size());
+    it_.restore(position.states[0]);
+    return;
+  }
+  STRATA_CHECK(position.per_worker,
+               "DistributedIterator::restore_job_position: in this job each of the ", workers,
+               " workers reads input of its own (File/Off auto-sharding, or distribute_datasets_from_function), but "
+               "the checkpoint holds one position shared by every worker (saved by one worker, or under Data "
+               "auto-sharding): resume with the sharding and the number of workers it was saved with");
+  STRATA_CHECK(int(position.states.size()) == workers, "DistributedIterator::restore_job_position: the checkpoint "
+               "holds the input positions of ", position.states.size(), " workers that each read input of their own, "
+               "but this job has ", workers, " workers: resume with ", position.states.size(), " workers");
+  it_.restore(position.states[size_t(strategy_.worker_index())]);
+}
 
 std::optional<PerReplica<data::Batch>> DistributedIterator::next() {
   const int n = strategy_.num_local_replicas();
@@ -97,25 +153,10 @@ std::optional<PerReplica<data::Batch>> DistributedIterator::next() {
 
 // ---- across workers ----
 
-namespace {
-// Replica r's components are [r*k, (r+1)*k) of the flattened element.
-data::Element flatten_parts(const std::vector<data::Batch>& parts, const std::vector<Device>& devices, bool fetch) {
-  data::Element out;
-  for (size_t r = 0; r < parts.size(); ++r) {
-    for (const Tensor& t : parts[r]) out.push_back(place(t, devices[r], fetch));
-  }
-  return out;
-}
-
-int64_t rows_of(const data::Element& e) { return !e.empty() && e[0].defined() && e[0].ndim() >= 1 ? e[0].dim(0) : 0; }
-}  // namespace
-
 data::Dataset DistributedDataset::split_across_workers(Strategy& strategy, const data::Dataset& dataset,
-                                                       const InputOptions& options) {
+                                                       const InputOptions& options, bool* per_worker_positions) {
   const int workers = strategy.num_workers(), worker = strategy.worker_index();
-  const int local = strategy.num_local_replicas(), total = strategy.num_replicas_in_sync();
-  const std::vector<Device> devices = strategy.devices();
-  const bool fetch = options.experimental_fetch_to_device;
+  const int local = strategy.num_local_replicas();
   data::AutoShardPolicy policy = options.auto_shard_policy;
   data::Dataset source = dataset;
   if (policy == data::AutoShardPolicy::File || policy == data::AutoShardPolicy::Auto) {
@@ -127,60 +168,20 @@ data::Dataset DistributedDataset::split_across_workers(Strategy& strategy, const
       policy = data::AutoShardPolicy::Data;  // Auto: not enough files, shard by data
     }
   }
-  if (policy == data::AutoShardPolicy::Data) {
-    // Every worker reads the same global batches and keeps its replicas' parts.
-    auto full = std::make_shared<std::atomic<int64_t>>(0);
-    return source.map([=](const data::Element& e) {
-      const int64_t rows = rows_of(e);
-      int64_t seen = full->load();
-      while (rows > seen && !full->compare_exchange_weak(seen, rows)) {
-      }
-      std::vector<data::Batch> parts = split_batch(e, total, std::max(seen, rows));
-      std::vector<data::Batch> mine(parts.begin() + std::ptrdiff_t(worker) * local,
-                                    parts.begin() + std::ptrdiff_t(worker + 1) * local);
-      return flatten_parts(mine, devices, fetch);
-    });
-  }
-  // File / Off: TensorFlow's rebatching. Each batch read is cut into `total` parts (the
-  // per-replica batches of one global batch); this worker's replicas take consecutive
-  // parts, `local` per step.
-  return data::Dataset::from_generator([=]() -> data::Generator {
-    struct State {
-      data::Iterator it;
-      std::deque<data::Batch> parts;
-      int64_t full = 0;
-      bool done = false;
-    };
-    auto state = std::make_shared<State>(State{source.make_iterator(), {}, 0, false});
-    return [state, local, total, devices, fetch]() -> std::optional<data::Element> {
-      while (int(state->parts.size()) < local && !state->done) {
-        auto e = state->it.next();
-        if (!e) {
-          state->done = true;
-          break;
-        }
-        state->full = std::max(state->full, rows_of(*e));
-        for (auto& part : split_batch(*e, total, state->full)) state->parts.push_back(std::move(part));
-      }
-      if (state->parts.empty()) return std::nullopt;
-      std::vector<data::Batch> mine;
-      for (int r = 0; r < local; ++r) {
-        if (!state->parts.empty()) {
-          mine.push_back(std::move(state->parts.front()));
-          state->parts.pop_front();
-          continue;
-        }
-        data::Batch empty;  // the input ended part-way through a step: empty batches
-        for (const Tensor& t : mine[0]) {
-          Shape shape = t.shape();
-          shape[0] = 0;
-          empty.push_back(Tensor::empty(shape, t.dtype(), t.device()));
-        }
-        mine.push_back(std::move(empty));
-      }
-      return flatten_parts(mine, devices, fetch);
-    };
-  });
+  ReplicaSplitOptions split;
+  split.total_parts = strategy.num_replicas_in_sync();
+  split.local_parts = local;
+  split.devices = strategy.devices();
+  split.fetch = options.experimental_fetch_to_device;
+  // Data: every worker reads the same global batches and keeps its replicas' parts.
+  // File / Off: TensorFlow's rebatching. Each batch read is cut into one part per replica
+  // of the job (the per-replica batches of one global batch); this worker's replicas take
+  // consecutive parts, `local` per step — so each worker's position is its own.
+  split.mode = policy == data::AutoShardPolicy::Data ? ReplicaSplitOptions::Mode::Keep
+                                                     : ReplicaSplitOptions::Mode::Rebatch;
+  split.first_part = split.mode == ReplicaSplitOptions::Mode::Keep ? worker * local : 0;
+  *per_worker_positions = split.mode == ReplicaSplitOptions::Mode::Rebatch;
+  return split_between_replicas(source, std::move(split));
 }
 
 // ---- dataset ----
@@ -195,35 +196,23 @@ DistributedDataset::DistributedDataset(Strategy& strategy, data::Dataset dataset
   const std::vector<Device> devices = strategy.devices();
   const bool fetch = options.experimental_fetch_to_device;
   if (mode == Mode::SplitGlobalBatches && strategy.num_workers() > 1) {
-    pipeline_ = split_across_workers(strategy, dataset_, options);
+    pipeline_ = split_across_workers(strategy, dataset_, options, &per_worker_positions_);
     if (options.experimental_per_replica_buffer_size > 0) {
       pipeline_ = pipeline_.prefetch(options.experimental_per_replica_buffer_size);
     }
   } else if (mode == Mode::SplitGlobalBatches) {
-    // The full batch size, learned from the largest batch seen (shared by iterations).
-    auto full = std::make_shared<std::atomic<int64_t>>(0);
-    pipeline_ = dataset_.map([n, devices, fetch, full](const data::Element& e) {
-      if (n == 1) {
-        data::Element out;
-        for (const Tensor& t : e) out.push_back(place(t, devices[0], fetch));
-        return out;
-      }
-      const int64_t rows = !e.empty() && e[0].defined() && e[0].ndim() >= 1 ? e[0].dim(0) : 0;
-      int64_t seen = full->load();
-      while (rows > seen && !full->compare_exchange_weak(seen, rows)) {
-      }
-      const std::vector<data::Batch> parts = split_batch(e, n, std::max(seen, rows));
-      data::Element out;
-      out.reserve(e.size() * size_t(n));
-      for (int r = 0; r < n; ++r) {
-        for (const Tensor& t : parts[size_t(r)]) out.push_back(place(t, devices[size_t(r)], fetch));
-      }
-      return out;
-    });
+    ReplicaSplitOptions split;
+    split.total_parts = n;
+    split.local_parts = n;
+    split.devices = devices;
+    split.fetch = fetch;
+    pipeline_ = split_between_replicas(dataset_, std::move(split));
     if (options.experimental_per_replica_buffer_size > 0) {
       pipeline_ = pipeline_.prefetch(options.experimental_per_replica_buffer_size);
     }
   } else {
+    // Each worker's function builds its own dataset.
+    per_worker_positions_ = strategy.num_workers() > 1;
     // Element i goes to replica i % n: place it on that replica's device.
     pipeline_ = dataset_.enumerate().map([n, devices, fetch](const data::Element& e) {
       const int64_t i = e[0].item<int64_t>();
@@ -239,7 +228,8 @@ DistributedDataset::DistributedDataset(Strategy& strategy, data::Dataset dataset
 }
 
 DistributedIterator DistributedDataset::make_iterator() const {
-  return DistributedIterator(*strategy_, pipeline_.make_iterator(), mode_ == Mode::PerReplicaElements);
+  return DistributedIterator(*strategy_, pipeline_.make_iterator(), mode_ == Mode::PerReplicaElements,
+                             per_worker_positions_);
 }
 
 DistributedIterator::RangeIterator DistributedDataset::begin() {

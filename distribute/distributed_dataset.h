@@ -6,7 +6,7 @@
 // replicas one example more than the others ([3, 3, 2] for 8 over 3); a shorter batch
 // (the last one) fills the replicas in order up to those sizes, so some get fewer or zero
 // examples ([3, 2, 0] for 5 over 3, [4, 2] for 6 over 2 with B = 8). Nothing is dropped
-// silently. B is the largest batch seen so far by this dataset.
+// silently. B is the largest batch seen so far by this iterator (saved with its position).
 //
 // From distribute_datasets_from_function: the function's dataset yields per-replica
 // batches, handed to the local replicas in turn; when it ends part-way, the remaining
@@ -25,11 +25,15 @@
 //    of steps: give them equal shards, or repeat() the dataset.
 //  - Off: every worker reads the whole dataset and rebatches it as with File, so each
 //    example is used once per worker.
-// With File and Off the iterator's position cannot be saved (the rebatching stage keeps
-// parts between steps); Data keeps it.
 //
 // Each replica's part is copied to its device and one batch per replica is prepared ahead
-// on a background thread (InputOptions). Iteration state can be saved and restored.
+// on a background thread (InputOptions). Iteration state can be saved and restored
+// (replica_split_stage.h): with one worker, and with Data sharding, where every worker
+// reads the whole pipeline, every worker's position is the same, and a position saved
+// under one strategy restores under another and under any replica count. With File and Off
+// sharding, and with distribute_datasets_from_function across workers, each worker reads
+// input of its own: a checkpoint then holds every worker's position
+// (DistributedIterator::save_job_position), and resumes with the same number of workers.
 #pragma once
 
 #include <atomic>
@@ -45,14 +49,34 @@ namespace strata::distribute {
 
 class Strategy;
 
+// The input position of a whole job, as a checkpoint holds it.
+struct JobInputPosition {
+  // false: states[0] is every worker's position. true: states[w] is worker w's.
+  bool per_worker = false;
+  std::vector<data::IteratorState> states;
+};
+
 class DistributedIterator {
  public:
   // `it` runs the prepared pipeline; each element holds n groups of `components` tensors.
-  DistributedIterator(Strategy& strategy, data::Iterator it, bool per_replica_elements);
+  // per_worker_positions: each worker's position is its own (see above).
+  DistributedIterator(Strategy& strategy, data::Iterator it, bool per_replica_elements,
+                      bool per_worker_positions = false);
   // The next element for every local replica, or nullopt at the end.
   std::optional<PerReplica<data::Batch>> next();
+  // This worker's position.
   data::IteratorState save() const { return it_.save(); }
   void restore(const data::IteratorState& state) { it_.restore(state); }
+
+  // The job's position: this worker's when every worker's is the same, otherwise every
+  // worker's, gathered over the worker communicator — then a collective: every worker
+  // calls it at the same step, as every worker saves a checkpoint at the same step.
+  JobInputPosition save_job_position();
+  // Restores this worker's part of a job position; throws strata::Error naming both sides
+  // when it was saved by another number of workers with positions of their own, or when
+  // one side's workers share a position and the other's do not.
+  void restore_job_position(const JobInputPosition& position);
+  bool per_worker_positions() const { return per_worker_positions_; }
 
   class RangeIterator {
    public:
@@ -77,6 +101,7 @@ class DistributedIterator {
   Strategy& strategy_;
   data::Iterator it_;
   bool per_replica_elements_;
+  bool per_worker_positions_;
 };
 
 class DistributedDataset {
@@ -96,13 +121,15 @@ class DistributedDataset {
 
  private:
   // The multi-worker pipeline of experimental_distribute_dataset (see above).
+  // Sets *per_worker_positions when each worker's input position is its own.
   static data::Dataset split_across_workers(Strategy& strategy, const data::Dataset& dataset,
-                                            const InputOptions& options);
+                                            const InputOptions& options, bool* per_worker_positions);
 
   Strategy* strategy_;
   data::Dataset dataset_;
   data::Dataset pipeline_;  // dataset_ with the split / placement / prefetch stages
   Mode mode_;
+  bool per_worker_positions_ = false;  // see DistributedIterator
   std::shared_ptr<DistributedIterator> active_;  // the iterator of the current range-for
 };
 

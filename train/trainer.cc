@@ -79,18 +79,40 @@ void StandardTrainer::set_train_dataset(distribute::DistributedDataset dataset) 
   iterator_.reset();
 }
 
-ExtraState StandardTrainer::input_state() {
+ExtraState distributed_input_state(std::function<distribute::DistributedIterator&()> iterator) {
+  using nlohmann::json;
+  auto parse = [](const json& j) {
+    distribute::JobInputPosition position;
+    if (j.is_string()) {
+      position.states.push_back(data::IteratorState::from_string(j.get<std::string>()));
+      return position;
+    }
+    STRATA_CHECK(j.is_array() && !j.empty(), "input state: expected a string or an array of strings (one per "
+                 "worker), got ", j.dump().substr(0, 200));
+    position.per_worker = true;
+    for (const json& s : j) {
+      STRATA_CHECK(s.is_string(), "input state: worker ", position.states.size(), "'s position is not a string: ",
+                   s.dump().substr(0, 200));
+      position.states.push_back(data::IteratorState::from_string(s.get<std::string>()));
+    }
+    return position;
+  };
   ExtraState e;
-  // Through `this`, not the iterator: set_train_dataset() may replace the iterator.
-  e.save = [this] { return nlohmann::json(train_iterator().save().to_string()); };
-  e.validate = [](const nlohmann::json& j) {
-    STRATA_CHECK(j.is_string(), "StandardTrainer input state: expected a string, got ", j.dump());
-    data::IteratorState::from_string(j.get<std::string>());
+  e.save = [iterator] {
+    const distribute::JobInputPosition position = iterator().save_job_position();
+    if (!position.per_worker) return json(position.states[0].to_string());
+    json all = json::array();
+    for (const auto& state : position.states) all.push_back(state.to_string());
+    return all;
   };
-  e.restore = [this](const nlohmann::json& j) {
-    train_iterator().restore(data::IteratorState::from_string(j.get<std::string>()));
-  };
+  e.validate = [parse](const json& j) { parse(j); };
+  e.restore = [iterator, parse](const json& j) { iterator().restore_job_position(parse(j)); };
   return e;
+}
+
+// Through `this`, not the iterator: set_train_dataset() may replace the iterator.
+ExtraState StandardTrainer::input_state() {
+  return distributed_input_state([this]() -> distribute::DistributedIterator& { return train_iterator(); });
 }
 
 distribute::PerReplica<data::Batch> StandardTrainer::next_batch(distribute::DistributedIterator& iterator) {

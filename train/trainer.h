@@ -38,6 +38,7 @@
 
 #include <concepts>
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <map>
 #include <memory>
@@ -74,6 +75,13 @@ class Outputs : public std::map<std::string, double> {
   Outputs(std::initializer_list<std::pair<const std::string, OutputValue>> values);
   Outputs(std::map<std::string, double> values) : std::map<std::string, double>(std::move(values)) {}  // NOLINT
 };
+
+// A distributed iterator's input position (DistributedIterator::save_job_position) as
+// checkpoint extra state: the IteratorState's string when the workers share a position
+// (one worker, Data auto-sharding), an array of them in worker order when each worker's is
+// its own (File/Off auto-sharding) — every worker's save is then a collective. `iterator`
+// is called at each save and restore.
+ExtraState distributed_input_state(std::function<distribute::DistributedIterator&()> iterator);
 
 class AbstractTrainer {
  public:
@@ -120,7 +128,8 @@ class StandardTrainer : public AbstractTrainer {
   distribute::DistributedIterator& train_iterator();
   // The iterator's position as checkpoint extra state: track it in the Checkpoint
   // ({"train_input", trainer.input_state()}) so a resumed run reads exactly the batches
-  // the uninterrupted run would have read. Valid while the trainer lives.
+  // the uninterrupted run would have read (distributed_input_state). Valid while the
+  // trainer lives.
   ExtraState input_state();
   // Replaces the dataset; the next train() starts a new iterator over it.
   void set_train_dataset(distribute::DistributedDataset dataset);

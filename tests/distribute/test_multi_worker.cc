@@ -228,6 +228,105 @@ TEST_CASE("MultiWorkerMirrored: auto-sharding covers the data exactly once per e
 }
 
 namespace {
+// The helper's "step S replica R: ids" lines of each worker, in order.
+std::map<int, std::vector<std::string>> step_lines(const std::string& output, int workers) {
+  std::map<int, std::vector<std::string>> out;
+  for (int w = 0; w < workers; ++w) {
+    const std::string prefix = "[worker " + std::to_string(w) + "] worker " + std::to_string(w) + " step ";
+    for (const std::string& line : lines_with(output, prefix)) out[w].push_back(line.substr(line.find(prefix)));
+  }
+  return out;
+}
+
+// Four files of 8 int64 records (ids 0..31) in `dir`, comma-separated.
+std::string write_record_files(const fs::path& dir) {
+  std::string files;
+  for (int f = 0; f < 4; ++f) {
+    const fs::path p = dir / ("part" + std::to_string(f) + ".bin");
+    std::ofstream out(p, std::ios::binary);
+    for (int64_t k = 0; k < 8; ++k) {
+      const int64_t id = f * 8 + k;
+      out.write(reinterpret_cast<const char*>(&id), sizeof id);
+    }
+    files += (files.empty() ? "" : ",") + p.string();
+  }
+  return files;
+}
+}  // namespace
+
+TEST_CASE("MultiWorkerMirrored: a checkpoint holds each worker's input position under File and Off sharding",
+          "[mwms][multiprocess]") {
+  if (skip_without_gloo()) return;
+  TempDir dir;
+  struct Case {
+    const char* name;
+    int replicas;  // per worker
+    std::vector<std::string> input;
+    int stop_after;
+  };
+  SECTION("stopped and resumed, every worker reads on where it stopped") {
+    // Shuffled, two epochs, a short batch at the end of each; stopped part-way through a
+    // batch each worker cut into parts (1 replica: one part of two per step).
+    const std::vector<Case> cases = {
+        {"file, 1 replica per worker", 1,
+         {"--policy", "file", "--files", write_record_files(dir.path), "--global-batch", "6", "--shuffle-buffer", "5",
+          "--repeat", "2"},
+         5},
+        {"off, 2 replicas per worker", 2,
+         {"--policy", "off", "--examples", "20", "--global-batch", "8", "--shuffle-buffer", "7", "--repeat", "2"},
+         3},
+    };
+    for (const Case& c : cases) {
+      INFO(c.name);
+      std::vector<std::string> shard{STRATA_MWMS_HELPER, "shard"};
+      shard.insert(shard.end(), c.input.begin(), c.input.end());
+      const std::string prefix = (dir.path / (std::string("input-") + std::to_string(c.replicas))).string();
+      auto with = [&](std::vector<std::string> extra) {
+        std::vector<std::string> argv = shard;
+        argv.insert(argv.end(), extra.begin(), extra.end());
+        return argv;
+      };
+      auto straight = launch(2, c.replicas, shard, 120);
+      INFO(straight.output);
+      REQUIRE(straight.exit_code == 0);
+      auto first = launch(2, c.replicas, with({"--stop-after", std::to_string(c.stop_after), "--checkpoint", prefix}), 120);
+      INFO(first.output);
+      REQUIRE(first.exit_code == 0);
+      auto resumed = launch(2, c.replicas, with({"--restore", prefix}), 120);
+      INFO(resumed.output);
+      REQUIRE(resumed.exit_code == 0);
+      const auto all = step_lines(straight.output, 2), before = step_lines(first.output, 2),
+                 after = step_lines(resumed.output, 2);
+      for (int w = 0; w < 2; ++w) {
+        INFO("worker " << w);
+        REQUIRE(all.count(w) == 1);
+        REQUIRE(before.at(w).size() == size_t(c.stop_after * c.replicas));
+        std::vector<std::string> joined = before.at(w);
+        joined.insert(joined.end(), after.at(w).begin(), after.at(w).end());
+        CHECK(joined == all.at(w));
+      }
+      // The workers read different input, so their positions differ: both are in the chief's file.
+      CHECK(all.at(0) != all.at(1));
+    }
+  }
+  SECTION("resuming with another number of workers is refused, naming both") {
+    const std::string prefix = (dir.path / "input").string();
+    const std::vector<std::string> shard{STRATA_MWMS_HELPER, "shard",          "--policy", "file", "--files",
+                                         write_record_files(dir.path), "--global-batch", "6"};
+    std::vector<std::string> save = shard, restore = shard;
+    save.insert(save.end(), {"--stop-after", "2", "--checkpoint", prefix});
+    restore.insert(restore.end(), {"--restore", prefix});
+    auto two = launch(2, 1, save, 120);
+    INFO(two.output);
+    REQUIRE(two.exit_code == 0);
+    auto one = launch(1, 1, restore, 120);
+    INFO(one.output);
+    CHECK(one.exit_code != 0);
+    CHECK(one.output.find("input positions of 2 workers that each read input of their own") != std::string::npos);
+  }
+}
+
+namespace {
 // Two helper workers started directly (strata-launch would stop the survivor itself),
 // each with `replicas` local replicas; `how` is "--die-worker", "--stall-worker" (sleeps,
 // its heartbeat going on) or "--stop-worker" (SIGSTOP: its heartbeat stops too). The

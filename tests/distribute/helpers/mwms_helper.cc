@@ -12,7 +12,11 @@
 //                           error they got (and the peer a PeerFailure blames) and exit 1
 //   shard --policy P        prints which example ids each local replica gets at each step
 //                           of one epoch of range(--examples) (or of --files, int64
-//                           records) batched by --global-batch
+//                           records) batched by --global-batch (--shuffle-buffer N
+//                           shuffles first, --repeat N reads N epochs); --stop-after K
+//                           --checkpoint PREFIX saves the input position (a Checkpoint,
+//                           the chief's at PREFIX) after step K and stops; --restore
+//                           PREFIX resumes from one, numbering steps on from its step
 // Exit status 0 means the checks passed.
 #include <signal.h>
 
@@ -29,6 +33,8 @@
 #include <strata/data/binary_records.h>
 #include <strata/distribute/collective/peer_failure.h>
 #include <strata/distribute/multi_worker_mirrored_strategy.h>
+#include <strata/train/checkpoint.h>
+#include <strata/train/trainer.h>
 #include "tests/distribute/mwms_model.h"
 
 using namespace strata;
@@ -190,28 +196,44 @@ int run_train(const std::string& out, int epochs, bool seed_per_worker, int die_
   }
 }
 
-int run_shard(const std::string& policy, int64_t examples, int64_t global_batch, const std::string& files) {
+struct ShardOptions {
+  std::string policy = "auto", files, checkpoint, restore;
+  int64_t examples = 40, global_batch = 8, shuffle_buffer = 0, repeat = 1, stop_after = -1;
+};
+
+int run_shard(const ShardOptions& o) {
   MultiWorkerMirroredStrategy s(ClusterResolver::from_environment(), {.timeout_seconds = 60});
-  data::Dataset ds = data::Dataset::range(examples);
-  if (!files.empty()) {
+  data::Dataset ds = data::Dataset::range(o.examples);
+  if (!o.files.empty()) {
     std::vector<std::string> list;
-    std::stringstream ss(files);
+    std::stringstream ss(o.files);
     for (std::string item; std::getline(ss, item, ',');) list.push_back(item);
     data::BinaryRecordSpec spec;
     spec.fields = {{data::RecordType::Int64, {}, kInt64}};
     ds = data::binary_records(list, spec);
   }
+  if (o.shuffle_buffer > 0) ds = ds.shuffle(o.shuffle_buffer, /*seed=*/3);
+  ds = ds.batch(o.global_batch).repeat(o.repeat);
   InputOptions options;
-  options.auto_shard_policy = data::auto_shard_policy_from_name(policy);
-  auto dist = s.experimental_distribute_dataset(ds.batch(global_batch), options);
-  int step = 0;
-  for (auto& batch : dist) {
-    for (size_t r = 0; r < batch.size(); ++r) {
+  options.auto_shard_policy = data::auto_shard_policy_from_name(o.policy);
+  auto dist = s.experimental_distribute_dataset(ds, options);
+  auto it = dist.make_iterator();
+  train::Checkpoint checkpoint{{"input", train::distributed_input_state([&]() -> DistributedIterator& { return it; })}};
+  int64_t step = 0;
+  if (!o.restore.empty()) step = checkpoint.restore(o.restore).step.value_or(0);
+  while (auto batch = it.next()) {
+    for (size_t r = 0; r < batch->size(); ++r) {
       std::cout << "worker " << s.worker_index() << " step " << step << " replica " << r << ":";
-      for (int64_t id : batch[r][0].to_vector<int64_t>()) std::cout << ' ' << id;
+      for (int64_t id : (*batch)[r][0].to_vector<int64_t>()) std::cout << ' ' << id;
       std::cout << '\n';
     }
     ++step;
+    if (step == o.stop_after) {
+      // Every worker saves (the save gathers every worker's position), the chief at PREFIX.
+      const int w = s.worker_index();
+      checkpoint.save(w == 0 ? o.checkpoint : o.checkpoint + ".worker" + std::to_string(w), step);
+      break;
+    }
   }
   std::cout << "worker " << s.worker_index() << " steps " << step << std::endl;
   return 0;
@@ -223,10 +245,11 @@ int main(int argc, char** argv) {
   CLI::App app{"strata_mwms_helper: a worker of the MultiWorkerMirroredStrategy tests"};
   app.require_subcommand(1);
   double timeout = 60, stall_timeout = 60;
-  std::string out, policy = "auto", files;
+  std::string out;
   int epochs = 2, die_worker = -1, die_at_step = -1, stall_worker = -1, stop_worker = -1;
   bool seed_per_worker = false, no_overlap = false;
-  int64_t examples = 40, global_batch = 8, bytes_per_pack = 0;
+  int64_t bytes_per_pack = 0;
+  ShardOptions so;
   auto* coll = app.add_subcommand("collectives", "check every collective");
   coll->add_option("--timeout", timeout);
   auto* train = app.add_subcommand("train", "train the test MLP");
@@ -243,16 +266,21 @@ int main(int argc, char** argv) {
   train->add_flag("--no-overlap", no_overlap);
   train->add_option("--bytes-per-pack", bytes_per_pack);
   auto* shard = app.add_subcommand("shard", "print each replica's example ids");
-  shard->add_option("--policy", policy);
-  shard->add_option("--examples", examples);
-  shard->add_option("--global-batch", global_batch);
-  shard->add_option("--files", files);
+  shard->add_option("--policy", so.policy);
+  shard->add_option("--examples", so.examples);
+  shard->add_option("--global-batch", so.global_batch);
+  shard->add_option("--files", so.files);
+  shard->add_option("--shuffle-buffer", so.shuffle_buffer);
+  shard->add_option("--repeat", so.repeat);
+  shard->add_option("--stop-after", so.stop_after);
+  shard->add_option("--checkpoint", so.checkpoint);
+  shard->add_option("--restore", so.restore);
   CLI11_PARSE(app, argc, argv);
   try {
     if (*coll) return run_collectives(timeout);
     if (*train) return run_train(out, epochs, seed_per_worker, die_worker, die_at_step, stall_worker, stop_worker,
                                    timeout, stall_timeout, no_overlap, bytes_per_pack);
-    return run_shard(policy, examples, global_batch, files);
+    return run_shard(so);
   } catch (const std::exception& e) {
     std::cout << "error: " << e.what() << std::endl;
     return 1;
