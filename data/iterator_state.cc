@@ -83,8 +83,9 @@ void StateReader::stage(StageTag tag) {
                "it ends where stage '", stage_tag_name(tag), "' expected its record");
   const int64_t w = words_[pos_];
   if (w != kStageMarkerBase + int64_t(tag)) {
-    const int64_t found = w - kStageMarkerBase;
-    if (found >= int64_t(StageTag::TensorSlices) && found <= int64_t(StageTag::Last)) {
+    // Compared before subtracting: a corrupt word may be anywhere in int64's range.
+    if (w >= kStageMarkerBase + int64_t(StageTag::TensorSlices) && w <= kStageMarkerBase + int64_t(StageTag::Last)) {
+      const int64_t found = w - kStageMarkerBase;
       fail("Iterator::restore: state does not match this pipeline: stage '", stage_tag_name(tag),
            "' found the record of stage '", stage_tag_name(StageTag(found)), "'");
     }

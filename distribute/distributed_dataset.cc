@@ -9,43 +9,6 @@
 
 namespace strata::distribute {
 
-std::vector<int64_t> split_sizes(int64_t batch, int64_t full_batch, int replicas) {
-  STRATA_CHECK(replicas >= 1, "split_sizes: replicas must be >= 1, got ", replicas);
-  STRATA_CHECK(batch >= 0, "split_sizes: negative batch size ", batch);
-  const int64_t full = std::max(batch, full_batch);
-  const int64_t base = full / replicas, extra = full % replicas;
-  std::vector<int64_t> sizes(static_cast<size_t>(replicas));
-  int64_t remaining = batch;
-  for (int r = 0; r < replicas; ++r) {
-    const int64_t capacity = base + (r < extra ? 1 : 0);
-    sizes[size_t(r)] = std::min(capacity, remaining);
-    remaining -= sizes[size_t(r)];
-  }
-  return sizes;
-}
-
-std::vector<data::Batch> split_batch(const data::Batch& batch, int replicas, int64_t full_batch) {
-  STRATA_CHECK(!batch.empty(), "distribute: cannot split an element without components across replicas");
-  for (size_t k = 0; k < batch.size(); ++k) {
-    STRATA_CHECK(batch[k].defined() && batch[k].ndim() >= 1, "distribute: cannot split component ", k,
-                 " of the batch across ", replicas, " replicas: it has shape ",
-                 batch[k].defined() ? shape_str(batch[k].shape()) : "undefined",
-                 " (every component of a distributed batch needs a leading batch axis)");
-    STRATA_CHECK(batch[k].dim(0) == batch[0].dim(0), "distribute: component ", k, " of the batch has ", batch[k].dim(0),
-                 " rows but component 0 has ", batch[0].dim(0), " (they must share the batch axis)");
-  }
-  const std::vector<int64_t> sizes = split_sizes(batch[0].dim(0), full_batch, replicas);
-  std::vector<data::Batch> parts(static_cast<size_t>(replicas));
-  for (const Tensor& t : batch) {
-    int64_t start = 0;
-    for (int r = 0; r < replicas; ++r) {
-      parts[size_t(r)].push_back(t.slice(0, start, start + sizes[size_t(r)]));
-      start += sizes[size_t(r)];
-    }
-  }
-  return parts;
-}
-
 namespace {
 Tensor place(const Tensor& t, const Device& device, bool fetch) {
   return !fetch || t.device() == device ? t : t.to(device);

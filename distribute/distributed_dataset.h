@@ -43,6 +43,7 @@
 
 #include <strata/data/dataset.h>
 #include <strata/distribute/input_options.h>
+#include <strata/distribute/replica_split_stage.h>
 #include <strata/distribute/values.h>
 
 namespace strata::distribute {
@@ -132,11 +133,5 @@ class DistributedDataset {
   bool per_worker_positions_ = false;  // see DistributedIterator
   std::shared_ptr<DistributedIterator> active_;  // the iterator of the current range-for
 };
-
-// The examples each replica gets of a batch of `batch` rows when full batches have
-// `full_batch` rows (TensorFlow's rebatching, see above). Sums to `batch`.
-std::vector<int64_t> split_sizes(int64_t batch, int64_t full_batch, int replicas);
-// Splits every component of a batch along axis 0 with those sizes (views, no copies).
-std::vector<data::Batch> split_batch(const data::Batch& batch, int replicas, int64_t full_batch = 0);
 
 }  // namespace strata::distribute

@@ -2,10 +2,10 @@
 // a worker's replicas (TensorFlow's rebatching), with a position that can be saved.
 //
 // Each input element (a batch) is split along axis 0 into `total_parts` parts, one per
-// replica of the job, with split_batch's sizes (distributed_dataset.h); B, the full batch
-// size those sizes are computed from, is the largest batch this iterator has seen, and is
-// saved with its position, so a job resumed at its last, shorter batch splits it as the
-// uninterrupted job did. Each output element is `local_parts` parts, flattened: part r's
+// replica of the job, with split_batch's sizes (below); B, the full batch size those sizes
+// are computed from, is the largest batch this iterator has seen, and is saved with its
+// position, so a job resumed at its last, shorter batch splits it as the uninterrupted job
+// did. Each output element is `local_parts` parts, flattened: part r's
 // components are [r*k, (r+1)*k), each placed on devices[r] when `fetch`.
 //
 //  - Keep (one process; Data auto-sharding across workers): every input batch yields one
@@ -40,6 +40,14 @@ struct ReplicaSplitOptions {
   std::vector<Device> devices;  // one per local replica
   bool fetch = true;            // copy each part to its replica's device
 };
+
+// The examples each replica gets of a batch of `batch` rows when full batches have
+// `full_batch` rows (TensorFlow's rebatching: the first full_batch % replicas replicas get
+// one example more than the others, and a shorter batch fills the replicas in order up to
+// those sizes; distributed_dataset.h has examples). Sums to `batch`.
+std::vector<int64_t> split_sizes(int64_t batch, int64_t full_batch, int replicas);
+// Splits every component of a batch along axis 0 with those sizes (views, no copies).
+std::vector<data::Batch> split_batch(const data::Batch& batch, int replicas, int64_t full_batch = 0);
 
 // `input` split between replicas as above (throws strata::Error on inconsistent options).
 data::Dataset split_between_replicas(const data::Dataset& input, ReplicaSplitOptions options);

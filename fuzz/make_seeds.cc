@@ -20,6 +20,7 @@
 #include <strata/train/checkpoint_file.h>
 #include <strata/train/summary_writer.h>
 #include "fuzz/fuzz_util.h"
+#include "fuzz/iterator_state_pipelines.h"
 
 namespace {
 
@@ -221,6 +222,27 @@ void event_seeds(const fs::path& tmp) {
   seed("event_file", "scalar-event.pb", bytes.substr(16 + n + 12, m));
 }
 
+// States of each iterator_state pipeline after a few elements, one in the text form and
+// one as raw words (the target's two input forms).
+void iterator_state_seeds() {
+  const auto pipelines = strata::fuzz::iterator_state_pipelines();
+  for (size_t p = 0; p < pipelines.size(); ++p) {
+    for (int taken : {0, 3, 7}) {
+      strata::data::Iterator it = pipelines[p].make_iterator(0);
+      for (int i = 0; i < taken && it.next(); ++i) {
+      }
+      const strata::data::IteratorState state = it.save();
+      const std::string name = "pipeline" + std::to_string(p) + "-after" + std::to_string(taken);
+      if (taken == 3) {
+        seed("iterator_state", name + ".txt", state.to_string());
+      } else {
+        seed("iterator_state", name + ".words",
+             std::string(reinterpret_cast<const char*>(state.words.data()), state.words.size() * sizeof(int64_t)));
+      }
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -237,6 +259,7 @@ int main(int argc, char** argv) {
   cluster_seeds();
   store_seeds();
   ps_seeds();
+  iterator_state_seeds();
   fs::remove_all(tmp);
   return 0;
 }

@@ -254,7 +254,8 @@ std::string write_record_files(const fs::path& dir) {
 }
 }  // namespace
 
-TEST_CASE("MultiWorkerMirrored: a checkpoint holds each worker's input position under File and Off sharding",
+TEST_CASE("MultiWorkerMirrored: a checkpoint holds each worker's input position under File and Off sharding "
+          "and distribute_datasets_from_function",
           "[mwms][multiprocess]") {
   if (skip_without_gloo()) return;
   TempDir dir;
@@ -275,12 +276,15 @@ TEST_CASE("MultiWorkerMirrored: a checkpoint holds each worker's input position 
         {"off, 2 replicas per worker", 2,
          {"--policy", "off", "--examples", "20", "--global-batch", "8", "--shuffle-buffer", "7", "--repeat", "2"},
          3},
+        {"distribute_datasets_from_function, 2 replicas per worker", 2,
+         {"--from-function", "--examples", "30", "--global-batch", "8", "--shuffle-buffer", "4", "--repeat", "2"},
+         3},
     };
     for (const Case& c : cases) {
       INFO(c.name);
       std::vector<std::string> shard{STRATA_MWMS_HELPER, "shard"};
       shard.insert(shard.end(), c.input.begin(), c.input.end());
-      const std::string prefix = (dir.path / (std::string("input-") + std::to_string(c.replicas))).string();
+      const std::string prefix = (dir.path / ("input-" + std::to_string(&c - cases.data()))).string();
       auto with = [&](std::vector<std::string> extra) {
         std::vector<std::string> argv = shard;
         argv.insert(argv.end(), extra.begin(), extra.end());

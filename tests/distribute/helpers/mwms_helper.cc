@@ -16,7 +16,9 @@
 //                           shuffles first, --repeat N reads N epochs); --stop-after K
 //                           --checkpoint PREFIX saves the input position (a Checkpoint,
 //                           the chief's at PREFIX) after step K and stops; --restore
-//                           PREFIX resumes from one, numbering steps on from its step
+//                           PREFIX resumes from one, numbering steps on from its step;
+//                           --from-function reads through distribute_datasets_from_function
+//                           instead (each worker's pipeline shard()ed by its InputContext)
 // Exit status 0 means the checks passed.
 #include <signal.h>
 
@@ -199,6 +201,7 @@ int run_train(const std::string& out, int epochs, bool seed_per_worker, int die_
 struct ShardOptions {
   std::string policy = "auto", files, checkpoint, restore;
   int64_t examples = 40, global_batch = 8, shuffle_buffer = 0, repeat = 1, stop_after = -1;
+  bool from_function = false;
 };
 
 int run_shard(const ShardOptions& o) {
@@ -212,11 +215,17 @@ int run_shard(const ShardOptions& o) {
     spec.fields = {{data::RecordType::Int64, {}, kInt64}};
     ds = data::binary_records(list, spec);
   }
-  if (o.shuffle_buffer > 0) ds = ds.shuffle(o.shuffle_buffer, /*seed=*/3);
-  ds = ds.batch(o.global_batch).repeat(o.repeat);
+  auto prepare = [&](data::Dataset d, int64_t batch) {
+    if (o.shuffle_buffer > 0) d = d.shuffle(o.shuffle_buffer, /*seed=*/3);
+    return d.batch(batch).repeat(o.repeat);
+  };
   InputOptions options;
   options.auto_shard_policy = data::auto_shard_policy_from_name(o.policy);
-  auto dist = s.experimental_distribute_dataset(ds, options);
+  auto dist = o.from_function ? s.distribute_datasets_from_function([&](const data::InputContext& ctx) {
+    return prepare(ds.shard(ctx.num_input_pipelines(), ctx.input_pipeline_id()),
+                   ctx.get_per_replica_batch_size(o.global_batch));
+  })
+                              : s.experimental_distribute_dataset(prepare(ds, o.global_batch), options);
   auto it = dist.make_iterator();
   train::Checkpoint checkpoint{{"input", train::distributed_input_state([&]() -> DistributedIterator& { return it; })}};
   int64_t step = 0;
@@ -275,6 +284,7 @@ int main(int argc, char** argv) {
   shard->add_option("--stop-after", so.stop_after);
   shard->add_option("--checkpoint", so.checkpoint);
   shard->add_option("--restore", so.restore);
+  shard->add_flag("--from-function", so.from_function);
   CLI11_PARSE(app, argc, argv);
   try {
     if (*coll) return run_collectives(timeout);
