@@ -28,6 +28,7 @@
 #include <cstring>
 #include <limits>
 #include <mutex>
+#include <iostream>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -222,6 +223,8 @@ void (*combine_fn(ReduceOp op))(void*, const void*, const void*, size_t) {
 constexpr uint8_t kDirectSlotPrefix = 0x41;
 // The all-gather round of the scatter-gather all-reduce (its first round uses the above).
 constexpr uint8_t kScatterGatherSlotPrefix = 0x42;
+// The pairs' proofs of the job secret when a mesh is connected (prove_pairs).
+constexpr uint8_t kPairProofSlotPrefix = 0x43;
 // Segments of the direct exchange: large enough that per-message costs (a wake-up of
 // Gloo's loop thread and of this one) stay small against the bytes, small enough that
 // summing one segment overlaps receiving the next ones. kDirectWindow segments per peer
@@ -299,6 +302,60 @@ GlooCommunicator::GlooCommunicator(const GlooCommunicatorOptions& options)
   }
 }
 
+namespace {
+// What `from` proves to `to` over their pair in the attempt with this nonce.
+std::string pair_proof_message(const std::string& nonce, const std::string& group, int from, int to) {
+  return strata::detail::concat("strata-gloo-pair-v1 ", nonce, '\0', group, '\0', from, ' ', to);
+}
+
+// Every rank sends each peer its proof of the job secret over their pair and checks the
+// peer's (see make_gloo_communicator): throws std::runtime_error, failing the attempt,
+// when a peer's proof is wrong or does not come within `seconds`.
+void prove_pairs(gloo::Context& context, const JobSecret& secret, const std::string& nonce, const std::string& group,
+                 const std::string& member, double seconds) {
+  const int rank = context.rank, size = context.size;
+  constexpr size_t kProof = std::tuple_size_v<Digest>;
+  std::vector<uint8_t> sent(kProof * size_t(size)), received(kProof * size_t(size));
+  for (int p = 0; p < size; ++p) {
+    if (p == rank) continue;
+    const Digest proof = secret.mac(pair_proof_message(nonce, group, rank, p));
+    std::memcpy(sent.data() + kProof * size_t(p), proof.data(), kProof);
+  }
+  const uint64_t slot = gloo::Slot::build(kPairProofSlotPrefix, 0);
+  auto out = context.createUnboundBuffer(sent.data(), sent.size());
+  auto in = context.createUnboundBuffer(received.data(), received.size());
+  for (int p = 0; p < size; ++p)
+    if (p != rank) in->recv(p, slot, kProof * size_t(p), kProof);
+  for (int p = 0; p < size; ++p)
+    if (p != rank) out->send(p, slot, kProof * size_t(p), kProof);
+  const auto deadline = std::chrono::steady_clock::now() + to_millis(seconds);
+  auto left = [&] {
+    return std::max(std::chrono::milliseconds(1), std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                      deadline - std::chrono::steady_clock::now()));
+  };
+  try {
+    for (int p = 0; p < size; ++p) {
+      if (p == rank) continue;
+      if (!in->waitRecv(left())) throw std::runtime_error("the receive was aborted");
+      if (!out->waitSend(left())) throw std::runtime_error("the send was aborted");
+    }
+  } catch (const std::exception& e) {
+    throw std::runtime_error(strata::detail::concat("proving the job secret over the pairs: ", e.what()));
+  }
+  for (int p = 0; p < size; ++p) {
+    if (p == rank) continue;
+    const std::string_view proof(reinterpret_cast<const char*>(received.data() + kProof * size_t(p)), kProof);
+    if (!secret.verify(pair_proof_message(nonce, group, p, rank), proof)) {
+      const std::string why = strata::detail::concat(
+          "the connection in ", member, " ", p, "'s place did not prove the job secret (another process reached this "
+          "rank's Gloo port first, or ", member, " ", p, " has another secret)");
+      std::cerr << strata::detail::concat("strata: gloo: ", member, " ", rank, ": ", why, "\n") << std::flush;
+      throw std::runtime_error(why);
+    }
+  }
+}
+}  // namespace
+
 // One attempt at the full mesh, under its own store keys. connectFullMesh can return on
 // one rank while a peer is still finishing its side of the handshake; a rank that then
 // left at once (a group that never calls a collective) would break the peer's connect. A
@@ -310,11 +367,16 @@ std::shared_ptr<gloo::Context> GlooCommunicator::connect_attempt(int attempt, do
   gloo::transport::tcp::attr attr;
   attr.hostname = options_.hostname;
   auto device = gloo::transport::tcp::CreateDevice(attr);
-  GlooStore gstore(*options_.store, options_.prefix + "/mesh/" + std::to_string(attempt) + "/", rank_, size_,
-                   options_.comm.timeout_seconds);
+  const std::string mesh = options_.prefix + "/mesh/" + std::to_string(attempt) + "/";
+  // The attempt's nonce for the pairs' proofs, through the authenticated store.
+  if (rank_ == 0 && size_ > 1) options_.store->set(mesh + "nonce", random_bytes(32));
+  GlooStore gstore(*options_.store, mesh, rank_, size_, options_.comm.timeout_seconds);
   context->connectFullMesh(gstore, device);
   if (options_.connect_fault_for_testing) options_.connect_fault_for_testing(attempt);
   if (size_ > 1) {
+    prove_pairs(*context, options_.pair_secret_for_testing ? *options_.pair_secret_for_testing : options_.store->secret(),
+                options_.store->get(mesh + "nonce", options_.comm.timeout_seconds), options_.prefix, options_.member,
+                handshake_seconds);
     gloo::BarrierOptions opts(context);
     opts.setTag(0);
     opts.setTimeout(to_millis(handshake_seconds));

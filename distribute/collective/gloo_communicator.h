@@ -42,6 +42,7 @@
 #include <strata/distribute/collective/heartbeat.h>
 #include <strata/distribute/collective/peer_failure.h>
 #include <strata/distribute/collective/shared_memory_group.h>
+#include <strata/distribute/job_secret.h>
 
 namespace gloo {
 class Context;
@@ -111,6 +112,9 @@ struct GlooCommunicatorOptions {
   // std::exception other than strata::Error thrown here fails this rank's attempt as a
   // refused connect would; a strata::Error fails the construction at once.
   std::function<void(int attempt)> connect_fault_for_testing;
+  // For tests: the secret this rank proves to its peers over Gloo's pairs (unset: the
+  // store client's), to play a stranger that took a peer's place.
+  std::optional<JobSecret> pair_secret_for_testing;
 };
 
 // True when strata was built with Gloo.
@@ -118,6 +122,12 @@ bool gloo_available();
 
 // Connects to the group (blocks until every rank has joined, up to the timeout).
 // Throws strata::Error naming the ranks that did not join, or "built without Gloo".
+//
+// Gloo's TCP pairs trust whatever connects first to their listening ports, so every
+// attempt ends with each rank proving the job secret to each peer over their pair (an
+// HMAC of a fresh nonce from the authenticated store and the two ranks, in order): a pair
+// that a stranger took fails the attempt, naming the rank whose place it took, and the
+// next attempt connects afresh (docs/SECURITY.md).
 //
 // Gloo's full-mesh connect can fail on a loaded machine (a refused connect; the Gloo
 // Debian ships has no retries): the group then connects again, every rank together, up

@@ -670,7 +670,7 @@ bool recv_exact(int fd, char* dst, size_t size, Clock::time_point deadline, std:
 }  // namespace
 
 TcpStore::TcpStore(const std::string& host, int port, double timeout_seconds, std::optional<JobSecret> secret)
-    : timeout_seconds_(timeout_seconds) {
+    : timeout_seconds_(timeout_seconds), secret_(secret ? std::move(*secret) : JobSecret::current()) {
   STRATA_CHECK(port >= 1 && port <= 65535, "TcpStore: port must be in [1, 65535], got ", port);
   STRATA_CHECK(timeout_seconds > 0, "TcpStore: timeout must be positive, got ", timeout_seconds);
   address_ = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(port);
@@ -719,7 +719,7 @@ TcpStore::TcpStore(const std::string& host, int port, double timeout_seconds, st
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  authenticate(secret ? *secret : JobSecret::current(), timeout_seconds);
+  authenticate(secret_, timeout_seconds);
 }
 
 void TcpStore::authenticate(const JobSecret& secret, double timeout_seconds) {

@@ -126,6 +126,9 @@ class TcpStore {
   double timeout_seconds() const { return timeout_seconds_; }
   // "host:port" of the server.
   const std::string& address() const { return address_; }
+  // The job secret this client authenticated with (the job's other connections, such as
+  // Gloo's pairs, prove the same one).
+  const JobSecret& secret() const { return secret_; }
 
  private:
   std::string request(const std::string& payload, double timeout_seconds, const char* op,
@@ -134,6 +137,7 @@ class TcpStore {
 
   std::string address_;
   double timeout_seconds_;
+  JobSecret secret_;
   int fd_ = -1;
   std::mutex mu_;
 };

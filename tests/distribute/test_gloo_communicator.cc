@@ -608,6 +608,24 @@ TEST_CASE("Gloo: a group whose every connection attempt fails names the failing 
   CHECK(since(t0) < 10.0);
 }
 
+TEST_CASE("Gloo: a pair whose far end does not prove the job secret is never used", "[gloo]") {
+  if (skip_without_gloo()) return;
+  // Rank 2 proves another secret over its pairs: what a stranger that reached a rank's
+  // Gloo port before the real peer would present (Gloo's pairs accept whoever connects
+  // first). Every attempt fails on both sides of its pairs, and no collective runs.
+  GroupSpec spec{3, 10.0};
+  spec.tweak = [](GlooCommunicatorOptions& o) {
+    if (o.rank == 2) o.pair_secret_for_testing = JobSecret::generate();
+  };
+  auto reports = run_group(spec, [](int, Communicator&) { return std::string("connected despite the stranger"); });
+  for (int r = 0; r < 3; ++r) {
+    INFO("rank " << r << ": " << reports[size_t(r)]);
+    CHECK(reports[size_t(r)].find("could not connect group") != std::string::npos);
+    CHECK(reports[size_t(r)].find("in 3 attempts") != std::string::npos);
+    CHECK(reports[size_t(r)].find("in rank 2's place did not prove the job secret") != std::string::npos);
+  }
+}
+
 TEST_CASE("Gloo: a store prefix reused by a second group is refused", "[gloo]") {
   if (skip_without_gloo()) return;
   TcpStoreServer server(0, "127.0.0.1");
