@@ -27,6 +27,7 @@
 #include <strata/train/optimizer.h>
 #include <strata/train/optimizer_factory.h>
 #include <strata/train/policy.h>
+#include <strata/train/preemption.h>
 #include <strata/train/schedules.h>
 #include <strata/train/sharded_optimizer_state.h>
 #include <strata/train/sgd.h>

@@ -17,6 +17,7 @@
 #include <strata/strata.h>
 #include <strata/train/checkpoint_file.h>
 #include <strata/train/directory_lock.h>
+#include <strata/train/preemption.h>
 #include "tools/train/ps_train.h"
 
 using namespace strata;
@@ -48,6 +49,7 @@ struct Config {
   bool shard_optimizer_state = false;
   bool share_cpu_variables = false;
   bool aggregate_gradients_in_backward = false;
+  bool checkpoint_on_preemption = false;
   std::string restore_checkpoint;
 };
 
@@ -282,6 +284,9 @@ int run(const Config& c) {
   STRATA_CHECK(!c.shard_optimizer_state || c.strategy != "parameter_server",
                "--shard-optimizer-state applies to the synchronous strategies (mirrored, multi_worker); with "
                "--strategy parameter_server the parameter servers already hold one copy of the optimizer state");
+  STRATA_CHECK(!c.checkpoint_on_preemption || c.strategy != "parameter_server",
+               "--checkpoint-on-preemption applies to the synchronous strategies; with --strategy parameter_server "
+               "the chief's checkpoints are the recovery point");
   if (c.strategy == "parameter_server") return run_parameter_server_job(c);
   auto strategy = build_strategy(c);
   Datasets d = load_data(c);
@@ -365,6 +370,13 @@ int run(const Config& c) {
   co.progress.verbosity = c.quiet ? train::Verbosity::Quiet : (c.verbose ? train::Verbosity::Verbose : train::Verbosity::Normal);
   std::cerr << "strata-train: " << c.model << " on " << d.description << ", strategy " << strategy->name() << " with "
             << strategy->num_replicas_in_sync() << " replica(s), global batch " << c.global_batch << "\n";
+  // SIGTERM (a preemption notice) saves a checkpoint at the end of the current loop, on
+  // every worker together, and stops the job with kPreemptedExitCode (train/preemption.h).
+  std::optional<train::PreemptionCheckpointHandler> preemption;
+  if (c.checkpoint_on_preemption) {
+    preemption.emplace(*strategy, manager);
+    co.train_actions.push_back(train::SaveCheckpointIfPreempted(*preemption));
+  }
   train::Controller controller(co);
   const int64_t start_step = controller.global_step();
   if (start_step >= c.steps) {
@@ -504,6 +516,9 @@ int main(int argc, char** argv) {
                "mirrored, multi_worker, central_storage: the gradient tape returns the gradients summed over the "
                "replicas, as PyTorch DDP (CommunicationOptions::aggregate_gradients_in_backward); the same results, "
                "with replicas of one process on CPU devices summing each weight gradient from its factors");
+  app.add_flag("--checkpoint-on-preemption", c.checkpoint_on_preemption,
+               "on SIGTERM (a preemption notice), save a checkpoint at the end of the current loop on every worker "
+               "and exit with status 75, so that a restart resumes from it (not with --strategy parameter_server)");
   app.add_flag("--quiet", c.quiet, "no progress output");
   app.add_flag("--verbose", c.verbose, "progress after every loop");
   try {
@@ -518,6 +533,9 @@ int main(int argc, char** argv) {
   }
   try {
     return run(c);
+  } catch (const train::PreemptedError& e) {
+    std::cerr << with_program_prefix(e.what()) << "\n";
+    return e.exit_code();
   } catch (const distribute::PeerFailure& e) {
     // Another worker failed first: say so in the line strata-launch looks for, so it
     // blames that worker (and stops it, if it is stalled) rather than this one.

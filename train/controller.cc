@@ -222,6 +222,7 @@ void Controller::train_n_steps(int64_t num_steps) {
     train_writer_->flush();
   }
   progress_->update(step, outputs, double(options_.trainer->examples_per_step()) * steps_per_second);
+  for (const auto& action : options_.train_actions) action(outputs);
 }
 
 std::string Controller::maybe_save_checkpoint(bool check_interval) {

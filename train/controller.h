@@ -82,6 +82,9 @@ struct ControllerOptions {
   bool terminate_on_nan = true;
   // The checkpoint to restore at construction; "" restores the manager's latest.
   std::string initial_checkpoint;
+  // Orbit's train_actions: called in order after each train loop with its outputs (e.g.
+  // SaveCheckpointIfPreempted, train/preemption.h). An action that throws stops training.
+  std::vector<std::function<void(const Outputs&)>> train_actions;
 };
 
 class Controller {

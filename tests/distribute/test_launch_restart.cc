@@ -153,3 +153,63 @@ TEST_CASE("strata-launch --max-restarts: a worker SIGKILLed mid-run, relaunched,
     CHECK(std::memcmp(t.raw_data(), u.raw_data(), t.nbytes()) == 0);
   }
 }
+
+TEST_CASE("strata-train --checkpoint-on-preemption: SIGTERM to one worker saves every worker at the same step, and "
+          "the relaunch ends bitwise like an uninterrupted run",
+          "[launch][mwms][multiprocess][preemption]") {
+  if (lrt::skip_without_gloo()) return;
+  lrt::ScratchDir dir;
+  const int steps = 60;
+  const fs::path whole = dir.path / "uninterrupted";
+  auto a = lrt::launch({}, lrt::train_args(whole, steps), 120);
+  INFO(a.output);
+  REQUIRE(a.exit_code == 0);
+
+  // Only worker 1 of the first launch gets SIGTERM (a preemption notice for its machine),
+  // once the checkpoint of step 12 exists; its shell waits for it and exits with its status.
+  fs::path preempted;
+  strata::testing::ProcessResult b;
+  int saved_step = -1;
+  for (int attempt = 0; attempt < 3 && (saved_step < 0 || saved_step >= steps); ++attempt) {
+    preempted = dir.path / ("preempted" + std::to_string(attempt));
+    const fs::path checkpoint12 = preempted / "checkpoints" / "ckpt-12.manifest.json";
+    auto program = lrt::train_args(preempted, steps);
+    program.push_back("--checkpoint-on-preemption");
+    b = lrt::launch({"--max-restarts", "1"},
+                    lrt::on_worker1_first_launch(checkpoint12, "kill -TERM $p; wait $p", program), 120);
+    INFO(b.output);
+    REQUIRE(b.exit_code == 0);
+    // Both workers saved the same step and stopped with status 75.
+    const auto lines = strata::testing::lines_with(b.output, "strata-train: preempted: worker(s) 1 got a termination "
+                                                             "notice; saved the checkpoint of step ");
+    REQUIRE(lines.size() == 2);
+    auto step_of = [](const std::string& line) {
+      const std::string marker = "saved the checkpoint of step ";
+      return std::stoi(line.substr(line.find(marker) + marker.size()));
+    };
+    saved_step = step_of(lines[0]);
+    CHECK(step_of(lines[1]) == saved_step);
+  }
+  INFO(b.output);
+  CHECK(b.output.find("exited with status 75") != std::string::npos);
+  CHECK(b.output.find("strata-launch: job succeeded after 1 restart(s)") != std::string::npos);
+  CHECK(saved_step >= 12);
+  // The relaunch resumed from the preemption's checkpoint, not an older periodic one.
+  CHECK(b.output.find("[worker 1] strata-train: worker 1 resumed from " +
+                      (preempted / "checkpoints" / ("ckpt-" + std::to_string(saved_step))).string()) !=
+        std::string::npos);
+
+  const std::string final_name = "ckpt-" + std::to_string(steps);
+  const auto x = strata::train::load_tensors(whole / "checkpoints" / final_name);
+  const auto y = strata::train::load_tensors(preempted / "checkpoints" / final_name);
+  REQUIRE(x.tensors.size() == y.tensors.size());
+  REQUIRE(x.tensors.size() > 3);
+  for (const auto& [name, t] : x.tensors) {
+    INFO(name);
+    REQUIRE(y.tensors.count(name) == 1);
+    const strata::Tensor& u = y.tensors.at(name);
+    REQUIRE(t.dtype() == u.dtype());
+    REQUIRE(t.shape() == u.shape());
+    CHECK(std::memcmp(t.raw_data(), u.raw_data(), t.nbytes()) == 0);
+  }
+}

@@ -1,0 +1,98 @@
+// PreemptionCheckpointHandler and Orbit's SaveCheckpointIfPreempted action
+// (train/preemption.h) in one process: SIGTERM during training saves a checkpoint at the
+// end of that train loop and stops with PreemptedError, and a job restarted from it ends
+// bitwise like an uninterrupted one; a watcher's notice; an exit_fn that lets training go
+// on; one handler at a time; SIGTERM's disposition restored. The multi-worker case (every
+// worker saves at the same step when one of them is told) is in
+// tests/distribute/test_launch_restart.cc.
+#include <signal.h>
+
+#include <strata/train/preemption.h>
+#include "tests/train/controller_test_util.h"
+
+using namespace strata;
+using namespace strata::testing::orbit;
+
+namespace {
+
+void (*sigterm_handler_now())(int) {
+  struct sigaction current {};
+  ::sigaction(SIGTERM, nullptr, &current);
+  return current.sa_handler;
+}
+
+}  // namespace
+
+TEST_CASE("preemption: SIGTERM saves a checkpoint after the loop, stops, and the restart ends bitwise the same",
+          "[train][preemption]") {
+  for (const auto& [strategy, replicas] : {std::pair<const char*, int>{"default", 0}, {"mirrored", 2}}) {
+    INFO(strategy);
+    TempDir dir;
+    Job straight(strategy, replicas, dir.path / "straight");
+    train::Controller(straight.controller_options(10)).train(40);
+    const Snapshot want = snapshot(straight.checkpoint);
+
+    {
+      Job job(strategy, replicas, dir.path / "preempted");
+      train::PreemptionCheckpointHandler handler(*job.strategy, *job.manager, {}, job.step);
+      auto options = job.controller_options(10);
+      options.train_actions.push_back(train::SaveCheckpointIfPreempted(handler));
+      train::Controller controller(options);
+      controller.train(20, /*checkpoint_at_completion=*/false);  // no notice: nothing saved
+      CHECK(job.manager->latest_checkpoint() == std::nullopt);
+      ::raise(SIGTERM);  // the handler only marks the process
+      try {
+        controller.train(40);
+        FAIL("training went on after SIGTERM");
+      } catch (const train::PreemptedError& e) {
+        CHECK(e.step() == 30);  // the end of the loop during which the notice came
+        CHECK(e.exit_code() == train::kPreemptedExitCode);
+        CHECK(e.checkpoint() == (dir.path / "preempted" / "ckpt-30").string());
+        CHECK_THAT(e.what(), Catch::Contains("this process got a termination notice") &&
+                                 Catch::Contains("saved the checkpoint of step 30"));
+      }
+      CHECK(job.step_value() == 30);
+    }
+    // The restart: the latest checkpoint is the preemption's; training ends as if never stopped.
+    Job resumed(strategy, replicas, dir.path / "preempted");
+    train::Controller controller(resumed.controller_options(10));
+    CHECK(resumed.step_value() == 30);
+    controller.train(40);
+    const Snapshot got = snapshot(resumed.checkpoint);
+    CHECK(first_difference(want, got) == "");
+  }
+}
+
+TEST_CASE("preemption: a watcher's notice, an exit_fn that returns, one handler at a time", "[train][preemption]") {
+  TempDir dir;
+  Job job("default", 0, dir.path / "ckpt");
+  const auto before = sigterm_handler_now();
+  {
+    bool notice = false;
+    std::vector<std::pair<std::string, int64_t>> exits;
+    train::TerminationConfig config;
+    config.termination_watcher_fn = [&] { return notice; };
+    config.exit_fn = [&](const std::string& path, int64_t step) { exits.emplace_back(path, step); };
+    train::PreemptionCheckpointHandler handler(*job.strategy, *job.manager, config, job.step);
+    CHECK(sigterm_handler_now() != before);
+    REQUIRE_THROWS_WITH(train::PreemptionCheckpointHandler(*job.strategy, *job.manager),
+                        Catch::Contains("another handler is alive"));
+    auto options = job.controller_options(5);
+    options.train_actions.push_back(train::SaveCheckpointIfPreempted(handler));
+    options.train_actions.push_back([&](const train::Outputs&) { notice = job.step_value() == 10; });
+    train::Controller controller(options);
+    controller.train(25, /*checkpoint_at_completion=*/false);
+    // The notice set after the loop to step 10 was seen after the loop to step 15; the
+    // exit_fn returned, so training went on to the end.
+    REQUIRE(exits.size() == 1);
+    CHECK(exits[0].second == 15);
+    CHECK(exits[0].first == (dir.path / "ckpt" / "ckpt-15").string());
+    CHECK(job.step_value() == 25);
+    CHECK_FALSE(handler.preempted_here());
+    CHECK_FALSE(handler.save_checkpoint_if_preempted());
+  }
+  CHECK(sigterm_handler_now() == before);  // restored
+  // A new handler may be made once the first is gone, and starts without a notice.
+  train::PreemptionCheckpointHandler again(*job.strategy, *job.manager);
+  CHECK_FALSE(again.preempted_here());
+}
