@@ -80,11 +80,11 @@ run_target() {
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
   if ((status != 0)); then
-    printf '%-12s %6ss %10s execs %7s/s  FAILED (exit %d): see %s\n' "$name" "$seconds" "${execs:-?}" \
+    printf '%-15s %6ss %10s execs %7s/s  FAILED (exit %d): see %s\n' "$name" "$seconds" "${execs:-?}" \
       "${rate:-?}" "$status" "$log" > "$scratch/$name.summary"
     grep -m1 -E "ERROR: |runtime error|terminate called|deadly signal" "$log" >&2 || tail -20 "$log" >&2
   else
-    printf '%-12s %6ss %10s execs %7s/s  ok\n' "$name" "$seconds" "${execs:-?}" "${rate:-?}" \
+    printf '%-15s %6ss %10s execs %7s/s  ok\n' "$name" "$seconds" "${execs:-?}" "${rate:-?}" \
       > "$scratch/$name.summary"
   fi
 }
