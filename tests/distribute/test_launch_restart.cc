@@ -70,6 +70,24 @@ strata::testing::ProcessResult launch(const std::vector<std::string>& flags, con
   return strata::testing::run_process(argv, {}, timeout + 30.0);
 }
 
+// The final checkpoints (step `steps`) of two model directories hold the same tensors —
+// weights, optimizer slots, step — bit for bit.
+void check_same_final_checkpoint(const fs::path& a, const fs::path& b, int steps) {
+  const std::string final_name = "ckpt-" + std::to_string(steps);
+  const auto x = strata::train::load_tensors(a / "checkpoints" / final_name);
+  const auto y = strata::train::load_tensors(b / "checkpoints" / final_name);
+  REQUIRE(x.tensors.size() == y.tensors.size());
+  REQUIRE(x.tensors.size() > 3);
+  for (const auto& [name, t] : x.tensors) {
+    INFO(name);
+    REQUIRE(y.tensors.count(name) == 1);
+    const strata::Tensor& u = y.tensors.at(name);
+    REQUIRE(t.dtype() == u.dtype());
+    REQUIRE(t.shape() == u.shape());
+    CHECK(std::memcmp(t.raw_data(), u.raw_data(), t.nbytes()) == 0);
+  }
+}
+
 }  // namespace launch_restart_test
 
 namespace lrt = launch_restart_test;
@@ -138,20 +156,7 @@ TEST_CASE("strata-launch --max-restarts: a worker SIGKILLed mid-run, relaunched,
   CHECK(resumed_step >= 12);
   CHECK(resumed_step < steps);
 
-  // The final checkpoints hold the same tensors — weights, optimizer slots, step — bit for bit.
-  const std::string final_name = "ckpt-" + std::to_string(steps);
-  const auto x = strata::train::load_tensors(whole / "checkpoints" / final_name);
-  const auto y = strata::train::load_tensors(restarted / "checkpoints" / final_name);
-  REQUIRE(x.tensors.size() == y.tensors.size());
-  REQUIRE(x.tensors.size() > 3);
-  for (const auto& [name, t] : x.tensors) {
-    INFO(name);
-    REQUIRE(y.tensors.count(name) == 1);
-    const strata::Tensor& u = y.tensors.at(name);
-    REQUIRE(t.dtype() == u.dtype());
-    REQUIRE(t.shape() == u.shape());
-    CHECK(std::memcmp(t.raw_data(), u.raw_data(), t.nbytes()) == 0);
-  }
+  lrt::check_same_final_checkpoint(whole, restarted, steps);
 }
 
 TEST_CASE("strata-train --checkpoint-on-preemption: SIGTERM to one worker saves every worker at the same step, and "
@@ -199,17 +204,5 @@ TEST_CASE("strata-train --checkpoint-on-preemption: SIGTERM to one worker saves 
                       (preempted / "checkpoints" / ("ckpt-" + std::to_string(saved_step))).string()) !=
         std::string::npos);
 
-  const std::string final_name = "ckpt-" + std::to_string(steps);
-  const auto x = strata::train::load_tensors(whole / "checkpoints" / final_name);
-  const auto y = strata::train::load_tensors(preempted / "checkpoints" / final_name);
-  REQUIRE(x.tensors.size() == y.tensors.size());
-  REQUIRE(x.tensors.size() > 3);
-  for (const auto& [name, t] : x.tensors) {
-    INFO(name);
-    REQUIRE(y.tensors.count(name) == 1);
-    const strata::Tensor& u = y.tensors.at(name);
-    REQUIRE(t.dtype() == u.dtype());
-    REQUIRE(t.shape() == u.shape());
-    CHECK(std::memcmp(t.raw_data(), u.raw_data(), t.nbytes()) == 0);
-  }
+  lrt::check_same_final_checkpoint(whole, preempted, steps);
 }
