@@ -96,7 +96,10 @@ void skip_elements(IteratorBase& it, int64_t n, const char* stage) {
 }
 
 void ConsumerPosition::restore(StateReader& r, IteratorBase& input, const char* stage) {
-  const int64_t since = r.get_in(str_of(stage, " elements since anchor").c_str(), 0, INT64_MAX);
+  // The producer snapshots its input at least every AnchorClock::kMaxInterval elements, so
+  // a larger count is a corrupt state; refusing it keeps the replay below from running
+  // (over an endless input) without end.
+  const int64_t since = r.get_in(str_of(stage, " elements since anchor").c_str(), 0, AnchorClock::kMaxInterval);
   input.restore(r);
   // The stages that read ahead are one-to-one and their functions pure: skipping inputs
   // skips outputs.

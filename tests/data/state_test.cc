@@ -3,6 +3,7 @@
 
 #include <strata/core/ops.h>
 #include <strata/data/dataset.h>
+#include <strata/data/dataset_node.h>
 #include "tests/data/data_test_util.h"
 
 using namespace strata;
@@ -163,4 +164,24 @@ TEST_CASE("restore rejects states of other pipelines and leaves the iterator usa
   auto again = ds.make_iterator();
   again.restore(end_state);
   CHECK_FALSE(again.next().has_value());
+}
+
+TEST_CASE("restore refuses a read-ahead stage's replay count beyond its snapshot interval", "[data][state]") {
+  // Over an endless input a corrupt count would replay without end; the producer
+  // snapshots at least every AnchorClock::kMaxInterval elements, so more is corrupt.
+  auto ds = Dataset::range(10).repeat().prefetch(2);
+  auto it = ds.make_iterator();
+  testing::take_n(it, 3);
+  IteratorState state = it.save();
+  auto resumed = ds.make_iterator();
+  resumed.restore(state);  // the genuine state restores
+  CHECK(resumed.next()->at(0).item<int64_t>() == 3);
+  // The prefetch record is the first after the header (magic, version, fingerprint,
+  // iteration): its marker, then the elements since its anchor.
+  const int64_t since = state.words[5];
+  CHECK(since >= 0);
+  CHECK(since <= data::detail::AnchorClock::kMaxInterval);
+  state.words[5] = int64_t(1) << 40;
+  CHECK_THROWS_WITH(ds.make_iterator().restore(state), Catch::Contains("prefetch elements since anchor") &&
+                                                           Catch::Contains("outside [0, 1024]"));
 }
