@@ -24,6 +24,7 @@
 #include <strata/distribute/gradient_reducer.h>
 #include <strata/distribute/local_replica_context.h>
 #include <strata/distribute/loss_scaling.h>
+#include <strata/distribute/no_sync.h>
 #include <strata/distribute/strategy.h>
 #include <strata/train/losses.h>
 #include <strata/train/nn/activations.h>
@@ -502,6 +503,68 @@ TEST_CASE("gradient reducer: aggregating in backward is refused with ZeRO-1 or w
     }),
                         Contains("aggregate_gradients_in_backward needs overlap_gradient_reduction on"));
   }
+}
+
+TEST_CASE("gradient reducer: no_sync accumulates micro-batches with nothing communicated until apply_gradients",
+          "[reducer]") {
+  // Three micro-batches per replica, their gradients summed, one update. Under no_sync no
+  // bucket is launched during the micro-batches; the weights end bitwise as when the
+  // gradients are reduced only in apply_gradients (overlap off), and as with overlap on
+  // without no_sync, which launches buckets for every micro-batch that nobody takes.
+  enum class Mode { NoSync, OverlapOff, OverlapOnly };
+  auto run = [](Mode mode) {
+    CommunicationOptions o;
+    o.overlap_gradient_reduction = mode != Mode::OverlapOff;
+    MirroredStrategy strategy(MirroredStrategy::cpu_devices(2), CrossDeviceOps::Default, o);
+    nn::Sequential model;
+    optim::Optimizer opt;
+    {
+      auto scope = strategy.scope();
+      model = nn::Sequential{nn::Dense(12, 8, {.kernel_initializer = nn::glorot_uniform(4)}), nn::ReLU(),
+                             nn::Dense(8, 3, {.kernel_initializer = nn::glorot_uniform(5)})};
+      opt = optim::SGD(0.1);
+    }
+    auto vars = model.trainable_variables();
+    std::vector<size_t> launched(2);
+    strategy.run([&] {
+      const int r = get_replica_context()->replica_id_in_sync_group();
+      std::vector<Tensor> total;
+      for (int k = 0; k < 3; ++k) {
+        std::optional<NoSyncScope> local;
+        if (mode == Mode::NoSync) local.emplace();
+        autograd::GradientTape tape;
+        Tensor loss = sum(square(model(random::uniform({4 + k, 12}, uint64_t(70 + 10 * r + k), -1.0, 1.0))));
+        auto grads = tape.gradient(loss, vars);
+        if (total.empty()) {
+          total = grads;
+        } else {
+          for (size_t v = 0; v < grads.size(); ++v) total[v] = total[v] + grads[v];
+        }
+      }
+      auto* ctx = dynamic_cast<LocalReplicaContext*>(get_replica_context());
+      launched[size_t(r)] = ctx->gradient_hook() ? ctx->gradient_hook()->buckets_launched() : 0;
+      opt.apply_gradients(total, vars);
+    });
+    std::vector<Tensor> weights;
+    for (const Variable& v : vars) weights.push_back(v.value().clone());
+    return std::make_pair(weights, launched);
+  };
+  const auto [quiet, quiet_launched] = run(Mode::NoSync);
+  const auto [reference, reference_launched] = run(Mode::OverlapOff);
+  const auto [busy, busy_launched] = run(Mode::OverlapOnly);
+  CHECK(quiet_launched == std::vector<size_t>{0, 0});
+  CHECK(busy_launched[0] >= 3);  // at least one bucket per micro-batch, all wasted
+  CHECK(bitwise_equal(quiet, reference));
+  CHECK(bitwise_equal(busy, reference));
+}
+
+TEST_CASE("gradient reducer: no_sync is refused when gradients are summed in backward", "[reducer]") {
+  CommunicationOptions o;
+  o.aggregate_gradients_in_backward = true;
+  MirroredStrategy strategy(MirroredStrategy::cpu_devices(2), CrossDeviceOps::Default, o);
+  REQUIRE_THROWS_WITH(strategy.run([&] { auto local = no_sync(); }),
+                      Contains("no_sync") && Contains("would be applied unreduced"));
+  auto outside = no_sync();  // outside replica context: nothing to do, nothing refused
 }
 
 TEST_CASE("gradient reducer: a replica failing with buckets in flight releases the others", "[reducer]") {
