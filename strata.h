@@ -24,6 +24,7 @@
 #include <strata/train/losses.h>
 #include <strata/train/metrics.h>
 #include <strata/train/nn/nn.h>
+#include <strata/train/actions.h>
 #include <strata/train/adam.h>
 #include <strata/train/optimizer.h>
 #include <strata/train/optimizer_factory.h>

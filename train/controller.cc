@@ -268,6 +268,7 @@ Outputs Controller::evaluate(int64_t steps) {
   char secs[32];
   std::snprintf(secs, sizeof secs, "%.2f", seconds);
   progress_->message(" eval | step " + std::to_string(step) + " | " + secs + " s" + format_outputs(outputs));
+  for (const auto& action : options_.eval_actions) action(outputs);
   return outputs;
 }
 

@@ -42,6 +42,9 @@
 //    started again) trains nothing and evaluates once, so that its outputs describe the
 //    restored model (Orbit would return nothing).
 //  - terminate_on_nan (default): a non-finite loss output ends train() with an error.
+//  - train_actions run after each train loop (after its outputs are written, before its
+//    periodic checkpoint), eval_actions after each evaluation, each with the outputs, in
+//    order (Orbit's; train/actions.h, train/preemption.h).
 //  - A checkpoint manager's Checkpoint must track `global_step`, so that a restored run
 //    resumes at its step.
 // The trainer must advance the global step by exactly the number of steps it was asked
@@ -85,6 +88,9 @@ struct ControllerOptions {
   // Orbit's train_actions: called in order after each train loop with its outputs (e.g.
   // SaveCheckpointIfPreempted, train/preemption.h). An action that throws stops training.
   std::vector<std::function<void(const Outputs&)>> train_actions;
+  // Orbit's eval_actions: called in order after each evaluation with its outputs (e.g. a
+  // ConditionalAction on a NewBestMetric, train/actions.h).
+  std::vector<std::function<void(const Outputs&)>> eval_actions;
 };
 
 class Controller {
