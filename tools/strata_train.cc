@@ -374,7 +374,14 @@ int run(const Config& c) {
   // every worker together, and stops the job with kPreemptedExitCode (train/preemption.h).
   std::optional<train::PreemptionCheckpointHandler> preemption;
   if (c.checkpoint_on_preemption) {
-    preemption.emplace(*strategy, manager);
+    train::TerminationConfig termination;
+    // Said while the handler still holds SIGTERM: once the error has unwound past it, the
+    // launcher stopping the other workers could end this process before main says it.
+    termination.exit_fn = [](const train::PreemptedError& preemption) {
+      std::cerr << with_program_prefix(preemption.what()) << std::endl;
+      throw preemption;
+    };
+    preemption.emplace(*strategy, manager, std::move(termination));
     co.train_actions.push_back(train::SaveCheckpointIfPreempted(*preemption));
   }
   train::Controller controller(co);
@@ -534,8 +541,7 @@ int main(int argc, char** argv) {
   try {
     return run(c);
   } catch (const train::PreemptedError& e) {
-    std::cerr << with_program_prefix(e.what()) << "\n";
-    return e.exit_code();
+    return e.exit_code();  // said by the exit_fn
   } catch (const distribute::PeerFailure& e) {
     // Another worker failed first: say so in the line strata-launch looks for, so it
     // blames that worker (and stops it, if it is stalled) rather than this one.

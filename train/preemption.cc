@@ -77,19 +77,17 @@ bool PreemptionCheckpointHandler::save_checkpoint_if_preempted(std::optional<int
   if (!step && checkpoint_number_.defined()) step = checkpoint_number_.value().to(cpu()).item<int64_t>();
   const std::string path = manager_.save(step, /*force=*/true);
   const int64_t saved_step = step ? *step : manager_.last_checkpoint_step().value_or(-1);
-  if (config_.exit_fn) {
-    config_.exit_fn(path, saved_step);
-    return true;
-  }
   std::string who;
   for (int w : preempted) who += (who.empty() ? "" : ", ") + std::to_string(w);
   const bool one_worker = strategy_.num_workers() == 1;
-  throw PreemptedError(
+  const PreemptedError preemption(
       ::strata::detail::concat("preempted: ", one_worker ? std::string("this process") : "worker(s) " + who,
-                               " got a termination notice; saved the checkpoint of step ", saved_step, " (",
-                               path,
+                               " got a termination notice; saved the checkpoint of step ", saved_step, " (", path,
                                ") and stopped so that the job can be restarted from it"),
       path, saved_step);
+  if (!config_.exit_fn) throw preemption;
+  config_.exit_fn(preemption);
+  return true;
 }
 
 }  // namespace strata::train

@@ -22,7 +22,9 @@
 // checkpoint exactly, its input position included.
 //
 // One handler at a time in a process: it owns SIGTERM's disposition and restores the
-// previous one when destroyed. A process that is told to stop while it is blocked (in a
+// previous one when destroyed. (A program that reports the preemption should do it from
+// exit_fn, while the handler still holds SIGTERM: once PreemptedError has unwound past the
+// handler, a launcher stopping the other workers may end the process first.) A process that is told to stop while it is blocked (in a
 // collective whose peer died) does not reach a check; the launcher's SIGKILL after its
 // grace period ends it, as without a handler.
 #pragma once
@@ -62,10 +64,10 @@ struct TerminationConfig {
   // Called at each check besides SIGTERM: true when a termination notice is out. Must be
   // quick and must not block.
   std::function<bool()> termination_watcher_fn;
-  // Called after the checkpoint was saved, with its path and step; default: throw
-  // PreemptedError. If it returns, save_checkpoint_if_preempted() returns true and
-  // training may go on.
-  std::function<void(const std::string& checkpoint, int64_t step)> exit_fn;
+  // Called after the checkpoint was saved, with what happened (the message, the
+  // checkpoint's path and step); default: throw it. If it returns,
+  // save_checkpoint_if_preempted() returns true and training may go on.
+  std::function<void(const PreemptedError& preemption)> exit_fn;
 };
 
 class PreemptionCheckpointHandler {

@@ -159,8 +159,8 @@ TEST_CASE("strata-launch --max-restarts: a worker SIGKILLed mid-run, relaunched,
   lrt::check_same_final_checkpoint(whole, restarted, steps);
 }
 
-TEST_CASE("strata-train --checkpoint-on-preemption: SIGTERM to one worker saves every worker at the same step, and "
-          "the relaunch ends bitwise like an uninterrupted run",
+TEST_CASE("strata-train --checkpoint-on-preemption: SIGTERM to one worker saves every worker at the same step "
+          "and the relaunch ends bitwise like an uninterrupted run",
           "[launch][mwms][multiprocess][preemption]") {
   if (lrt::skip_without_gloo()) return;
   lrt::ScratchDir dir;
@@ -184,14 +184,13 @@ TEST_CASE("strata-train --checkpoint-on-preemption: SIGTERM to one worker saves 
                     lrt::on_worker1_first_launch(checkpoint12, "kill -TERM $p; wait $p", program), 120);
     INFO(b.output);
     REQUIRE(b.exit_code == 0);
-    // Both workers saved the same step and stopped with status 75.
-    const auto lines = strata::testing::lines_with(b.output, "strata-train: preempted: worker(s) 1 got a termination "
-                                                             "notice; saved the checkpoint of step ");
+    // Both workers learned of worker 1's notice, saved the same step and stopped with
+    // status 75 (the chief into the model directory, worker 1 into its temporary one).
+    const std::string saved = "strata-train: preempted: worker(s) 1 got a termination notice; saved the "
+                              "checkpoint of step ";
+    const auto lines = strata::testing::lines_with(b.output, saved);
     REQUIRE(lines.size() == 2);
-    auto step_of = [](const std::string& line) {
-      const std::string marker = "saved the checkpoint of step ";
-      return std::stoi(line.substr(line.find(marker) + marker.size()));
-    };
+    auto step_of = [&](const std::string& line) { return std::stoi(line.substr(line.find(saved) + saved.size())); };
     saved_step = step_of(lines[0]);
     CHECK(step_of(lines[1]) == saved_step);
   }
@@ -199,7 +198,8 @@ TEST_CASE("strata-train --checkpoint-on-preemption: SIGTERM to one worker saves 
   CHECK(b.output.find("exited with status 75") != std::string::npos);
   CHECK(b.output.find("strata-launch: job succeeded after 1 restart(s)") != std::string::npos);
   CHECK(saved_step >= 12);
-  // The relaunch resumed from the preemption's checkpoint, not an older periodic one.
+  // The relaunch resumed from the preemption's checkpoint in the chief's directory, not an
+  // older periodic one (those are at steps 2, 12, 22, ...).
   CHECK(b.output.find("[worker 1] strata-train: worker 1 resumed from " +
                       (preempted / "checkpoints" / ("ckpt-" + std::to_string(saved_step))).string()) !=
         std::string::npos);

@@ -61,7 +61,7 @@ void check_split_resumes_everywhere(const data::Dataset& ds) {
 
 }  // namespace
 
-TEST_CASE("split_between_replicas: rebatching hands out every part of every batch, in order") {
+TEST_CASE("split_between_replicas: rebatching hands out every part of every batch in order") {
   // 10 examples in batches of 4: parts of 1 (4 replicas), the last batch of 2 fills the
   // first two replicas' parts (TensorFlow's rebatching) and leaves two empty.
   auto ds = split_between_replicas(data::Dataset::range(10).batch(4),
@@ -116,7 +116,7 @@ TEST_CASE("split_between_replicas: a short last batch is split as in the uninter
   REQUIRE(split_parts_of(*resumed.next()) == SplitParts{{8, 9}, {}});
 }
 
-TEST_CASE("split_between_replicas: states of the map it replaced, and of other replica counts") {
+TEST_CASE("split_between_replicas: states of the map it replaced and of other replica counts") {
   const auto input = data::Dataset::range(30).batch(6);
   SECTION("the earlier map's record restores (the full batch is learned again)") {
     auto old_stage = input.map([](const data::Element& e) { return e; });
@@ -153,7 +153,7 @@ TEST_CASE("split_between_replicas: states of the map it replaced, and of other r
   }
 }
 
-TEST_CASE("distributed iterators: one position shared by the workers, refused where each needs its own") {
+TEST_CASE("distributed iterators: one position shared by the workers is refused where each needs its own") {
   MirroredStrategy strategy(MirroredStrategy::cpu_devices(2));
   auto dist = strategy.experimental_distribute_dataset(data::Dataset::range(40).batch(8));
   auto it = dist.make_iterator();

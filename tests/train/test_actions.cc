@@ -9,7 +9,7 @@
 using namespace strata;
 using namespace strata::testing::orbit;
 
-TEST_CASE("NewBestMetric: strictly better values, either direction; NaN never; a missing output is named",
+TEST_CASE("NewBestMetric: strictly better values in either direction (NaN never) and a missing output named",
           "[train][actions]") {
   train::NewBestMetric accuracy("accuracy");
   CHECK(accuracy({{"accuracy", 0.5}}));  // the first value is the best so far

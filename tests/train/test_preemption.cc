@@ -23,7 +23,7 @@ void (*sigterm_handler_now())(int) {
 
 }  // namespace
 
-TEST_CASE("preemption: SIGTERM saves a checkpoint after the loop, stops, and the restart ends bitwise the same",
+TEST_CASE("preemption: SIGTERM saves a checkpoint after the loop and stops and the restart ends bitwise the same",
           "[train][preemption]") {
   for (const auto& [strategy, replicas] : {std::pair<const char*, int>{"default", 0}, {"mirrored", 2}}) {
     INFO(strategy);
@@ -63,7 +63,7 @@ TEST_CASE("preemption: SIGTERM saves a checkpoint after the loop, stops, and the
   }
 }
 
-TEST_CASE("preemption: a watcher's notice, an exit_fn that returns, one handler at a time", "[train][preemption]") {
+TEST_CASE("preemption: a watcher's notice and an exit_fn that returns and one handler at a time", "[train][preemption]") {
   TempDir dir;
   Job job("default", 0, dir.path / "ckpt");
   const auto before = sigterm_handler_now();
@@ -72,7 +72,7 @@ TEST_CASE("preemption: a watcher's notice, an exit_fn that returns, one handler 
     std::vector<std::pair<std::string, int64_t>> exits;
     train::TerminationConfig config;
     config.termination_watcher_fn = [&] { return notice; };
-    config.exit_fn = [&](const std::string& path, int64_t step) { exits.emplace_back(path, step); };
+    config.exit_fn = [&](const train::PreemptedError& e) { exits.emplace_back(e.checkpoint(), e.step()); };
     train::PreemptionCheckpointHandler handler(*job.strategy, *job.manager, config, job.step);
     CHECK(sigterm_handler_now() != before);
     REQUIRE_THROWS_WITH(train::PreemptionCheckpointHandler(*job.strategy, *job.manager),
