@@ -50,6 +50,7 @@ struct Config {
   bool share_cpu_variables = false;
   bool aggregate_gradients_in_backward = false;
   bool checkpoint_on_preemption = false;
+  int64_t gradient_accumulation_steps = 1;
   std::string restore_checkpoint;
 };
 
@@ -173,9 +174,16 @@ std::unique_ptr<distribute::Strategy> build_strategy(const Config& c) {
 
 class Trainer final : public train::StandardTrainer {
  public:
+  // accumulation_steps > 1: each replica's batch is cut into that many micro-batches whose
+  // gradients are computed under distribute::no_sync and summed, then applied once (the
+  // activations of one micro-batch at a time; the same update up to the order of sums).
   Trainer(distribute::Strategy& s, distribute::DistributedDataset ds, Variable step, nn::Sequential& model,
-          optim::Optimizer opt, int64_t global_batch)
-      : StandardTrainer(s, std::move(ds), std::move(step)), model_(model), opt_(opt), global_batch_(global_batch) {}
+          optim::Optimizer opt, int64_t global_batch, int64_t accumulation_steps)
+      : StandardTrainer(s, std::move(ds), std::move(step)),
+        model_(model),
+        opt_(opt),
+        global_batch_(global_batch),
+        accumulation_steps_(accumulation_steps) {}
   int64_t examples_per_step() const override { return global_batch_; }
 
  protected:
@@ -184,15 +192,38 @@ class Trainer final : public train::StandardTrainer {
     auto batch = next_batch(it);
     auto per_replica = strategy().run(
         [&](const data::Batch& b) {
-          autograd::GradientTape tape;
-          Tensor logits = model_(b[0]);
-          Tensor per_example = losses::sparse_categorical_crossentropy(b[1], logits, /*from_logits=*/true);
-          Tensor loss = distribute::compute_average_loss(per_example, global_batch_);
           // mixed_float16: a LossScaleOptimizer scales the loss and unscales the gradients.
           auto lso = optim::LossScaleOptimizer::of(opt_);
-          auto grads = tape.gradient(lso ? lso->get_scaled_loss(loss) : loss, model_.trainable_variables());
+          auto vars = model_.trainable_variables();
+          auto step = [&](const Tensor& x, const Tensor& y) {
+            autograd::GradientTape tape;
+            Tensor logits = model_(x);
+            Tensor per_example = losses::sparse_categorical_crossentropy(y, logits, /*from_logits=*/true);
+            Tensor loss = distribute::compute_average_loss(per_example, global_batch_);
+            return std::make_pair(tape.gradient(lso ? lso->get_scaled_loss(loss) : loss, vars), loss);
+          };
+          std::vector<Tensor> grads;
+          Tensor loss;
+          if (accumulation_steps_ == 1) {
+            std::tie(grads, loss) = step(b[0], b[1]);
+          } else {
+            const int64_t rows = b[0].dim(0);
+            for (int64_t k = 0; k < accumulation_steps_; ++k) {
+              const int64_t begin = rows * k / accumulation_steps_, end = rows * (k + 1) / accumulation_steps_;
+              if (begin == end) continue;
+              auto local = distribute::no_sync();
+              auto [g, l] = step(b[0].slice(0, begin, end), b[1].slice(0, begin, end));
+              if (grads.empty()) {
+                grads = std::move(g), loss = l;
+                continue;
+              }
+              for (size_t v = 0; v < grads.size(); ++v) grads[v] = grads[v] + g[v];
+              loss = loss + l;
+            }
+            if (grads.empty()) std::tie(grads, loss) = step(b[0], b[1]);  // an empty batch
+          }
           if (lso) grads = lso->get_unscaled_gradients(grads);
-          opt_.apply_gradients(grads, model_.trainable_variables());
+          opt_.apply_gradients(grads, vars);
           return loss;
         },
         batch);
@@ -205,6 +236,7 @@ class Trainer final : public train::StandardTrainer {
   nn::Sequential& model_;
   optim::Optimizer opt_;
   int64_t global_batch_;
+  int64_t accumulation_steps_;
   double loss_sum_ = 0;
   int64_t steps_ = 0;
 };
@@ -284,6 +316,11 @@ int run(const Config& c) {
   STRATA_CHECK(!c.shard_optimizer_state || c.strategy != "parameter_server",
                "--shard-optimizer-state applies to the synchronous strategies (mirrored, multi_worker); with "
                "--strategy parameter_server the parameter servers already hold one copy of the optimizer state");
+  STRATA_CHECK(c.gradient_accumulation_steps == 1 || (c.strategy != "parameter_server" &&
+                                                       !c.aggregate_gradients_in_backward),
+               "--gradient-accumulation-steps applies to the synchronous strategies without "
+               "--aggregate-gradients-in-backward (whose apply_gradients takes every gradient as the replicas' sum "
+               "already)");
   STRATA_CHECK(!c.checkpoint_on_preemption || c.strategy != "parameter_server",
                "--checkpoint-on-preemption applies to the synchronous strategies; with --strategy parameter_server "
                "the chief's checkpoints are the recovery point");
@@ -308,7 +345,7 @@ int run(const Config& c) {
   auto train_ds = strategy->experimental_distribute_dataset(
       d.train.dataset().shuffle(d.train.size(), uint64_t(c.seed)).repeat().batch(c.global_batch, true).prefetch(2));
   auto eval_ds = strategy->experimental_distribute_dataset(d.eval.dataset().batch(c.global_batch).prefetch(2));
-  Trainer trainer(*strategy, train_ds, global_step, model, opt, c.global_batch);
+  Trainer trainer(*strategy, train_ds, global_step, model, opt, c.global_batch, c.gradient_accumulation_steps);
   Evaluator evaluator(*strategy, eval_ds, model);
 
   fs::path model_dir = c.model_dir;
@@ -434,6 +471,7 @@ int run(const Config& c) {
   report["shard_optimizer_state"] = strategy->shard_optimizer_state();
   report["share_cpu_variables"] = strategy->share_cpu_variables();
   report["aggregate_gradients_in_backward"] = strategy->communication_options().aggregate_gradients_in_backward;
+  report["gradient_accumulation_steps"] = c.gradient_accumulation_steps;
   report["optimizer_state_bytes_per_replica"] = state_bytes.per_replica;
   report["optimizer_state_bytes_total"] = state_bytes.total;
   if (chief) {
@@ -523,6 +561,10 @@ int main(int argc, char** argv) {
                "mirrored, multi_worker, central_storage: the gradient tape returns the gradients summed over the "
                "replicas, as PyTorch DDP (CommunicationOptions::aggregate_gradients_in_backward); the same results, "
                "with replicas of one process on CPU devices summing each weight gradient from its factors");
+  app.add_option("--gradient-accumulation-steps", c.gradient_accumulation_steps,
+                 "cut each replica's batch into N micro-batches whose gradients are summed without communication "
+                 "(distribute::no_sync) and applied once: the same update with one micro-batch's activations at a time")
+      ->check(kIntegerFlag)->check(CLI::Range(int64_t(1), int64_t(1) << 20));
   app.add_flag("--checkpoint-on-preemption", c.checkpoint_on_preemption,
                "on SIGTERM (a preemption notice), save a checkpoint at the end of the current loop on every worker "
                "and exit with status 75, so that a restart resumes from it (not with --strategy parameter_server)");

@@ -1,5 +1,6 @@
 // strata-train's command-line contract: flag errors exit 2 with a one-line message, a short
 // run writes the report keys users rely on, and an existing model dir is resumed.
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -67,5 +68,34 @@ TEST_CASE("strata-train: a short mirrored run reports the contract keys and resu
   REQUIRE(r2.status == 0);
   nlohmann::json j2 = nlohmann::json::parse(std::ifstream(report));
   REQUIRE(j2["steps"] == 30);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("strata-train --gradient-accumulation-steps: the same training as one pass per batch") {
+  // Micro-batches' gradients summed under no_sync and applied once: the update of the whole
+  // batch up to the order of the float sums, so the runs end within rounding of each other.
+  const auto dir = fresh_dir("accumulate");
+  auto train = [&](int steps_of_accumulation) {
+    const auto sub = dir / std::to_string(steps_of_accumulation);
+    const auto report = sub / "r.json";
+    Run r = run("--model mlp --data synthetic --strategy mirrored --replicas 2 --global-batch 64 --steps 60 "
+                "--steps-per-loop 20 --train-examples 512 --eval-examples 128 --quiet --model-dir " + sub.string() +
+                " --report " + report.string() + " --gradient-accumulation-steps " +
+                std::to_string(steps_of_accumulation));
+    INFO(r.output);
+    REQUIRE(r.status == 0);
+    return nlohmann::json::parse(std::ifstream(report));
+  };
+  const nlohmann::json one = train(1), three = train(3);
+  CHECK(one["gradient_accumulation_steps"] == 1);
+  CHECK(three["gradient_accumulation_steps"] == 3);
+  const double a = one["final_train_loss"].get<double>(), b = three["final_train_loss"].get<double>();
+  CHECK(std::abs(a - b) <= 1e-3 * std::abs(a));
+  CHECK(std::abs(one["eval_loss"].get<double>() - three["eval_loss"].get<double>()) <=
+        1e-3 * std::abs(one["eval_loss"].get<double>()));
+  // Refused where apply_gradients takes the gradients as sums already.
+  Run refused = run("--strategy mirrored --steps 1 --gradient-accumulation-steps 2 --aggregate-gradients-in-backward");
+  CHECK(refused.status != 0);
+  CHECK_THAT(refused.output, Catch::Contains("--gradient-accumulation-steps applies to"));
   std::filesystem::remove_all(dir);
 }
