@@ -9,12 +9,6 @@
 
 namespace strata::distribute {
 
-namespace {
-Tensor place(const Tensor& t, const Device& device, bool fetch) {
-  return !fetch || t.device() == device ? t : t.to(device);
-}
-}  // namespace
-
 // ---- iterator ----
 
 DistributedIterator::DistributedIterator(Strategy& strategy, data::Iterator it, bool per_replica_elements,
@@ -158,11 +152,9 @@ DistributedDataset::DistributedDataset(Strategy& strategy, data::Dataset dataset
   const int n = strategy.num_local_replicas();
   const std::vector<Device> devices = strategy.devices();
   const bool fetch = options.experimental_fetch_to_device;
+  int64_t read_ahead = options.experimental_per_replica_buffer_size;
   if (mode == Mode::SplitGlobalBatches && strategy.num_workers() > 1) {
     pipeline_ = split_across_workers(strategy, dataset_, options, &per_worker_positions_);
-    if (options.experimental_per_replica_buffer_size > 0) {
-      pipeline_ = pipeline_.prefetch(options.experimental_per_replica_buffer_size);
-    }
   } else if (mode == Mode::SplitGlobalBatches) {
     ReplicaSplitOptions split;
     split.total_parts = n;
@@ -170,9 +162,6 @@ DistributedDataset::DistributedDataset(Strategy& strategy, data::Dataset dataset
     split.devices = devices;
     split.fetch = fetch;
     pipeline_ = split_between_replicas(dataset_, std::move(split));
-    if (options.experimental_per_replica_buffer_size > 0) {
-      pipeline_ = pipeline_.prefetch(options.experimental_per_replica_buffer_size);
-    }
   } else {
     // Each worker's function builds its own dataset.
     per_worker_positions_ = strategy.num_workers() > 1;
@@ -181,13 +170,12 @@ DistributedDataset::DistributedDataset(Strategy& strategy, data::Dataset dataset
       const int64_t i = e[0].item<int64_t>();
       const Device& device = devices[size_t(i % n)];
       data::Element out;
-      for (size_t k = 1; k < e.size(); ++k) out.push_back(place(e[k], device, fetch));
+      for (size_t k = 1; k < e.size(); ++k) out.push_back(place_on(e[k], device, fetch));
       return out;
     });
-    if (options.experimental_per_replica_buffer_size > 0) {
-      pipeline_ = pipeline_.prefetch(options.experimental_per_replica_buffer_size * n);
-    }
+    read_ahead *= n;  // one element per replica
   }
+  if (read_ahead > 0) pipeline_ = pipeline_.prefetch(read_ahead);
 }
 
 DistributedIterator DistributedDataset::make_iterator() const {

@@ -77,7 +77,6 @@ class DistributedIterator {
   // when it was saved by another number of workers with positions of their own, or when
   // one side's workers share a position and the other's do not.
   void restore_job_position(const JobInputPosition& position);
-  bool per_worker_positions() const { return per_worker_positions_; }
 
   class RangeIterator {
    public:

@@ -46,6 +46,10 @@ std::vector<data::Batch> split_batch(const data::Batch& batch, int replicas, int
   return parts;
 }
 
+Tensor place_on(const Tensor& t, const Device& device, bool fetch) {
+  return !fetch || t.device() == device ? t : t.to(device);
+}
+
 namespace {
 
 using data::Batch;
@@ -72,9 +76,9 @@ class ReplicaSplitNode final : public data::detail::UnaryNode {
   int64_t cardinality() const override {
     const int64_t c = input_->cardinality();
     if (options_.mode == ReplicaSplitOptions::Mode::Keep || c < 0) return c;
-    // Rebatch: every batch gives total parts, `local` per element (the last one padded).
-    const int64_t parts = c > kMaxWord / options_.total_parts ? -1 : c * options_.total_parts;
-    return parts < 0 ? data::kUnknownCardinality : (parts + options_.local_parts - 1) / options_.local_parts;
+    // Rebatch: every batch gives total / local elements.
+    const int64_t per_batch = options_.total_parts / options_.local_parts;
+    return c > kMaxWord / per_batch ? data::kUnknownCardinality : c * per_batch;
   }
   std::string name() const override {
     return data::detail::str_of("split_between_replicas(", mode_name(options_.mode), ", parts=", options_.total_parts,
@@ -111,26 +115,14 @@ class ReplicaSplitIterator final : public IteratorBase {
       std::vector<Batch> parts = split_batch(*e, o_.total_parts, full_);
       return flatten(parts.begin() + o_.first_part, parts.begin() + o_.first_part + o_.local_parts);
     }
-    while (int64_t(queued_.size()) < o_.local_parts && !done_) {
-      if (!read_batch()) done_ = true;
+    // Batches give total_parts parts, a multiple of local_parts: an element is always whole.
+    if (queued_.empty() && (done_ || !read_batch())) {
+      done_ = true;
+      return std::nullopt;
     }
-    if (queued_.empty()) return std::nullopt;
-    std::vector<Batch> mine;
-    for (int r = 0; r < o_.local_parts; ++r) {
-      if (!queued_.empty()) {
-        mine.push_back(std::move(queued_.front()));
-        queued_.pop_front();
-        continue;
-      }
-      Batch empty;  // the input ended part-way through an element: empty batches
-      for (const Tensor& t : mine[0]) {
-        Shape shape = t.shape();
-        shape[0] = 0;
-        empty.push_back(Tensor::empty(shape, t.dtype(), t.device()));
-      }
-      mine.push_back(std::move(empty));
-    }
-    return flatten(mine.begin(), mine.end());
+    Element out = flatten(queued_.begin(), queued_.begin() + o_.local_parts);
+    queued_.erase(queued_.begin(), queued_.begin() + o_.local_parts);
+    return out;
   }
 
   // Record: B, the parts taken of the queued batch (-1: none queued), total_parts, the end
@@ -149,7 +141,7 @@ class ReplicaSplitIterator final : public IteratorBase {
   }
 
   void restore(StateReader& r) override {
-    if (!r.next_is(StageTag::ReplicaSplit) && r.next_is(StageTag::Map)) {
+    if (r.next_is(StageTag::Map)) {
       // The record of the map that split batches before this stage existed: a sequential
       // map's (0 elements since its anchor, its input's state). B is learned again.
       r.stage(StageTag::Map);
@@ -173,8 +165,9 @@ class ReplicaSplitIterator final : public IteratorBase {
                      ? data::detail::str_of("cuts batches into ", o_.total_parts, " parts")
                      : std::string("splits each global batch itself (Data auto-sharding, or one worker)"),
                  "; resume with the same number of replicas in sync (", total, ")");
-    STRATA_CHECK(taken < total, "Iterator::restore: corrupt state: split_between_replicas took ", taken,
-                 " parts of a batch of ", total);
+    STRATA_CHECK(taken < total && taken % o_.local_parts == 0, "Iterator::restore: corrupt state: "
+                 "split_between_replicas took ", taken, " parts of a batch of ", total, " (whole elements of ",
+                 o_.local_parts, " parts are taken)");
     STRATA_CHECK(read_batch(), "Iterator::restore: split_between_replicas: the input ended where the saved state "
                                "has a partly used batch (the state does not belong to this input)");
     for (int64_t i = 0; i < taken; ++i) queued_.pop_front();
@@ -191,10 +184,7 @@ class ReplicaSplitIterator final : public IteratorBase {
     return true;
   }
 
-  Tensor place(const Tensor& t, size_t replica) const {
-    const Device& device = o_.devices[replica];
-    return !o_.fetch || t.device() == device ? t : t.to(device);
-  }
+  Tensor place(const Tensor& t, size_t replica) const { return place_on(t, o_.devices[replica], o_.fetch); }
   Element place_whole(const Element& e) const {
     Element out;
     out.reserve(e.size());
@@ -226,9 +216,9 @@ std::unique_ptr<IteratorBase> ReplicaSplitNode::make_iterator(uint64_t key) cons
 }  // namespace
 
 data::Dataset split_between_replicas(const data::Dataset& input, ReplicaSplitOptions o) {
-  STRATA_CHECK(o.total_parts >= 1 && o.local_parts >= 1 && o.local_parts <= o.total_parts,
-               "split_between_replicas: need 1 <= local parts (", o.local_parts, ") <= total parts (", o.total_parts,
-               ")");
+  STRATA_CHECK(o.total_parts >= 1 && o.local_parts >= 1 && o.total_parts % o.local_parts == 0,
+               "split_between_replicas: the total parts (", o.total_parts, ") must be a positive multiple of the "
+               "local parts (", o.local_parts, "), as replicas in sync are of replicas per worker");
   STRATA_CHECK(o.first_part >= 0 && o.first_part + o.local_parts <= o.total_parts,
                "split_between_replicas: parts [", o.first_part, ", ", o.first_part + o.local_parts,
                ") outside the ", o.total_parts, " parts of a batch");

@@ -12,8 +12,8 @@
 //    output element, parts [first_part, first_part + local_parts) of it.
 //  - Rebatch (File or Off auto-sharding): each worker reads batches of its own, every part
 //    of them is queued, and each output element takes the next `local_parts` parts, so
-//    one batch read feeds total_parts / local_parts steps. When the input ends part-way
-//    through an element, the replicas left over get empty batches.
+//    one batch read feeds total_parts / local_parts steps (total_parts is a multiple of
+//    local_parts: replicas in sync are workers times replicas per worker).
 //
 // The saved record holds B and, in Rebatch mode when parts of a batch are still queued, the
 // input's state before that batch and how many of its parts were taken (parts are queued
@@ -48,6 +48,9 @@ struct ReplicaSplitOptions {
 std::vector<int64_t> split_sizes(int64_t batch, int64_t full_batch, int replicas);
 // Splits every component of a batch along axis 0 with those sizes (views, no copies).
 std::vector<data::Batch> split_batch(const data::Batch& batch, int replicas, int64_t full_batch = 0);
+
+// `t` on `device` when `fetch` (a copy unless it is there already), else `t`.
+Tensor place_on(const Tensor& t, const Device& device, bool fetch);
 
 // `input` split between replicas as above (throws strata::Error on inconsistent options).
 data::Dataset split_between_replicas(const data::Dataset& input, ReplicaSplitOptions options);

@@ -207,20 +207,20 @@ class Trainer final : public train::StandardTrainer {
           if (accumulation_steps_ == 1) {
             std::tie(grads, loss) = step(b[0], b[1]);
           } else {
-            const int64_t rows = b[0].dim(0);
-            for (int64_t k = 0; k < accumulation_steps_; ++k) {
-              const int64_t begin = rows * k / accumulation_steps_, end = rows * (k + 1) / accumulation_steps_;
-              if (begin == end) continue;
+            // Every replica takes the same path (no_sync throughout), even with fewer rows
+            // than micro-batches, or none: then fewer micro-batches, or one empty one.
+            const int64_t rows = b[0].dim(0), pieces = std::max<int64_t>(1, std::min(accumulation_steps_, rows));
+            for (int64_t k = 0; k < pieces; ++k) {
+              const int64_t begin = rows * k / pieces, end = rows * (k + 1) / pieces;
               auto local = distribute::no_sync();
               auto [g, l] = step(b[0].slice(0, begin, end), b[1].slice(0, begin, end));
-              if (grads.empty()) {
+              if (k == 0) {
                 grads = std::move(g), loss = l;
                 continue;
               }
               for (size_t v = 0; v < grads.size(); ++v) grads[v] = grads[v] + g[v];
               loss = loss + l;
             }
-            if (grads.empty()) std::tie(grads, loss) = step(b[0], b[1]);  // an empty batch
           }
           if (lso) grads = lso->get_unscaled_gradients(grads);
           opt_.apply_gradients(grads, vars);

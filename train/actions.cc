@@ -3,7 +3,6 @@
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include <strata/core/error.h>
 #include <strata/train/atomic_file.h>
@@ -14,18 +13,15 @@ NewBestMetric::NewBestMetric(std::string metric, bool higher_is_better, std::fil
     : metric_(std::move(metric)), higher_is_better_(higher_is_better), filename_(std::move(filename)) {
   STRATA_CHECK(!metric_.empty(), "NewBestMetric: the metric name is empty");
   if (filename_.empty() || !std::filesystem::exists(filename_)) return;
-  std::ifstream in(filename_);
-  std::stringstream text;
-  text << in.rdbuf();
-  nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-  STRATA_CHECK(j.is_object() && j.contains("metric") && j["metric"].is_string() && j.contains("best") &&
-                   j["best"].is_number(),
+  const nlohmann::json j = nlohmann::json::parse(std::ifstream(filename_), nullptr, /*allow_exceptions=*/false);
+  STRATA_CHECK(j.is_object() && j.contains("metric") && j.at("metric").is_string() && j.contains("best") &&
+                   j.at("best").is_number(),
                "NewBestMetric: ", filename_.string(), " is not a best-metric file (expected {\"metric\": ..., "
                "\"best\": <number>}); remove it to start over");
-  const std::string saved = j["metric"].get<std::string>();
+  const std::string saved = j.at("metric").get<std::string>();
   STRATA_CHECK(saved == metric_, "NewBestMetric: ", filename_.string(), " holds the best value of '", saved,
                "', not of '", metric_, "'");
-  best_ = j["best"].get<double>();
+  best_ = j.at("best").get<double>();
 }
 
 double NewBestMetric::metric_value(const Outputs& outputs) const {

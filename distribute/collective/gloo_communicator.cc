@@ -329,15 +329,11 @@ void prove_pairs(gloo::Context& context, const JobSecret& secret, const std::str
   for (int p = 0; p < size; ++p)
     if (p != rank) out->send(p, slot, kProof * size_t(p), kProof);
   const auto deadline = std::chrono::steady_clock::now() + to_millis(seconds);
-  auto left = [&] {
-    return std::max(std::chrono::milliseconds(1), std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                      deadline - std::chrono::steady_clock::now()));
-  };
   try {
     for (int p = 0; p < size; ++p) {
       if (p == rank) continue;
-      if (!in->waitRecv(left())) throw std::runtime_error("the receive was aborted");
-      if (!out->waitSend(left())) throw std::runtime_error("the send was aborted");
+      if (!in->waitRecv(time_left(deadline))) throw std::runtime_error("the receive was aborted");
+      if (!out->waitSend(time_left(deadline))) throw std::runtime_error("the send was aborted");
     }
   } catch (const std::exception& e) {
     throw std::runtime_error(strata::detail::concat("proving the job secret over the pairs: ", e.what()));

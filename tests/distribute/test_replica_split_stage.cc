@@ -2,8 +2,11 @@
 // its elements in both modes, and resuming from a state saved after any element — in the
 // middle of a rebatched batch, at a short last batch, from the record of the map it
 // replaced — matching the uninterrupted run exactly.
+#include <algorithm>
+
 #include <strata/core/ops.h>
 #include <strata/data/dataset.h>
+#include <strata/data/iterator_state.h>
 #include <strata/distribute/distributed_dataset.h>
 #include <strata/distribute/replica_split_stage.h>
 #include <strata/distribute/strategy.h>
@@ -70,10 +73,6 @@ TEST_CASE("split_between_replicas: rebatching hands out every part of every batc
   const std::vector<SplitParts> all = drain_parts(it);
   REQUIRE(all == std::vector<SplitParts>{{{0}, {1}}, {{2}, {3}}, {{4}, {5}}, {{6}, {7}}, {{8}, {9}}, {{}, {}}});
   REQUIRE(ds.cardinality() == 6);
-  // SplitParts that do not fill the last element: empty batches for the replicas left over.
-  auto odd = split_between_replicas(data::Dataset::range(3).batch(3), split_options(ReplicaSplitOptions::Mode::Rebatch, 3, 2));
-  auto odd_it = odd.make_iterator();
-  REQUIRE(drain_parts(odd_it) == std::vector<SplitParts>{{{0}, {1}}, {{2}, {}}});
 }
 
 TEST_CASE("split_between_replicas: keeping a worker's parts of each global batch") {
@@ -83,7 +82,7 @@ TEST_CASE("split_between_replicas: keeping a worker's parts of each global batch
   REQUIRE_THROWS_WITH(split_between_replicas(data::Dataset::range(4), split_options(ReplicaSplitOptions::Mode::Keep, 2, 2, 1)),
                       Catch::Contains("parts [1, 3) outside the 2 parts"));
   REQUIRE_THROWS_WITH(split_between_replicas(data::Dataset::range(4), split_options(ReplicaSplitOptions::Mode::Rebatch, 2, 3)),
-                      Catch::Contains("local parts (3) <= total parts (2)"));
+                      Catch::Contains("total parts (2) must be a positive multiple of the local parts (3)"));
 }
 
 TEST_CASE("split_between_replicas: a position saved after any element resumes exactly") {
@@ -150,6 +149,19 @@ TEST_CASE("split_between_replicas: states of the map it replaced and of other re
     auto keep = split_between_replicas(input, split_options(ReplicaSplitOptions::Mode::Keep, 2, 2));
     auto keep_it = keep.make_iterator();
     REQUIRE_THROWS_WITH(keep_it.restore(it.save()), Catch::Contains("splits each global batch itself"));
+  }
+  SECTION("a corrupt count of parts taken is refused, never read past the queue") {
+    auto four = split_between_replicas(input, split_options(ReplicaSplitOptions::Mode::Rebatch, 4, 2));
+    auto it = four.make_iterator();
+    it.next();  // 2 of the first batch's 4 parts taken
+    data::IteratorState state = it.save();
+    std::vector<int64_t> marker;  // the stage's record opens with its marker word
+    data::detail::StateWriter(marker).stage(data::detail::StageTag::ReplicaSplit);
+    const auto at = std::find(state.words.begin(), state.words.end(), marker[0]);
+    REQUIRE(at != state.words.end());
+    REQUIRE(*(at + 2) == 2);  // marker, B, parts taken
+    *(at + 2) = 1;  // half an element
+    REQUIRE_THROWS_WITH(four.make_iterator().restore(state), Catch::Contains("whole elements of 2 parts"));
   }
 }
 
