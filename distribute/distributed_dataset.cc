@@ -4,6 +4,7 @@
 
 #include <strata/core/ops.h>
 #include <strata/distribute/cross_worker.h>
+#include <strata/distribute/device_fetch.h>
 #include <strata/distribute/replica_split_stage.h>
 #include <strata/distribute/strategy.h>
 

@@ -6,6 +6,7 @@
 
 #include <strata/core/error.h>
 #include <strata/data/dataset_node.h>
+#include <strata/distribute/device_fetch.h>
 
 namespace strata::distribute {
 
@@ -44,10 +45,6 @@ std::vector<data::Batch> split_batch(const data::Batch& batch, int replicas, int
     }
   }
   return parts;
-}
-
-Tensor place_on(const Tensor& t, const Device& device, bool fetch) {
-  return !fetch || t.device() == device ? t : t.to(device);
 }
 
 namespace {

@@ -49,9 +49,6 @@ std::vector<int64_t> split_sizes(int64_t batch, int64_t full_batch, int replicas
 // Splits every component of a batch along axis 0 with those sizes (views, no copies).
 std::vector<data::Batch> split_batch(const data::Batch& batch, int replicas, int64_t full_batch = 0);
 
-// `t` on `device` when `fetch` (a copy unless it is there already), else `t`.
-Tensor place_on(const Tensor& t, const Device& device, bool fetch);
-
 // `input` split between replicas as above (throws strata::Error on inconsistent options).
 data::Dataset split_between_replicas(const data::Dataset& input, ReplicaSplitOptions options);
 

@@ -3,7 +3,8 @@
 // A lent machine has one GPU, so: 1-rank NCCL collectives in every dtype (local and
 // process groups), a 2-rank group whose second rank never joins (the bounded
 // initialisation must abort and name it), Mirrored over 2 logical GPUs of cuda:0 and
-// OneDevice(cuda:0) against the CPU run of the same training, all_reduce_async on the
+// OneDevice(cuda:0) against the CPU run of the same training, a batch fetched to the GPU
+// without waiting for the work queued there (distribute/device_fetch.h), all_reduce_async on the
 // communication stream against the synchronous all_reduce, and the gradient reducer's
 // stream path against its synchronous one, bitwise. With two or more GPUs,
 // Mirrored over distinct GPUs runs NCCL between ranks, a failing replica must release
@@ -11,6 +12,7 @@
 // must make the other fail within its timeout, naming the lost rank.
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
+#include <cuda_runtime_api.h>
 
 #include <signal.h>
 #include <unistd.h>
@@ -30,6 +32,7 @@
 #include <strata/core/stream.h>
 #include <strata/core/random.h>
 #include <strata/distribute/collective/nccl_communicator.h>
+#include <strata/distribute/distributed_dataset.h>
 #include <strata/distribute/collective/tcp_store.h>
 #include <strata/distribute/gradient_reducer.h>
 #include <strata/distribute/job_secret.h>
@@ -293,6 +296,35 @@ TEST_CASE("nccl: OneDevice(cuda:0) and Mirrored over 2 logical GPUs of cuda:0 tr
   MirroredStrategy virtual_gpus({cuda(0), cuda(0)});
   REQUIRE(virtual_gpus.cross_device_ops() == CrossDeviceOps::HierarchicalCopyAllReduce);
   require_close(mlp_losses(virtual_gpus), cpu);
+}
+
+TEST_CASE("gpu input: a batch fetched to a GPU replica does not wait for the work queued on its stream", "[nccl]") {
+  // Queue ~100 large products on cuda:0's default stream, then take the next distributed
+  // batch on this thread (no prefetch): its upload runs on the input stream, so the
+  // default stream must still be busy when the batch is handed over (before, the upload
+  // was a blocking copy behind the products). Reading the batch afterwards orders the
+  // read after the copy: the values must be the dataset's.
+  OneDeviceStrategy strategy(cuda(0));
+  std::vector<float> x(64 * 32);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = float(i % 97);
+  const Tensor rows = Tensor::from_vector(x, {64, 32}, kFloat32, Device());
+  InputOptions options;
+  options.experimental_per_replica_buffer_size = 0;
+  DistributedIterator it =
+      strategy.experimental_distribute_dataset(data::Dataset::from_tensor_slices(rows).batch(64), options).make_iterator();
+  const Tensor a = random::uniform({4096, 4096}, 5).to(cuda(0));
+  synchronize(cuda(0));
+  const Stream compute = current_stream(cuda(0));
+  for (int i = 0; i < 100; ++i) (void)matmul(a, a);
+  const auto element = it.next();
+  const cudaError_t busy = cudaStreamQuery(static_cast<cudaStream_t>(compute.native_handle()));
+  (void)cudaGetLastError();
+  REQUIRE(element.has_value());
+  const Tensor batch = (*element)[0][0];
+  CHECK(batch.device() == cuda(0));
+  CHECK(busy == cudaErrorNotReady);
+  const Tensor doubled = add(batch, batch);  // on the default stream, after the upload
+  CHECK(doubled.to(Device()).to_vector<float>() == add(rows, rows).to_vector<float>());
 }
 
 TEST_CASE("nccl: Mirrored over distinct GPUs (needs 2)", "[nccl]") {

@@ -100,6 +100,19 @@ void raise_deferred_error(int index) {
   raise_data_error(e);
 }
 
+std::mutex& requests_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::vector<StreamRequest>& requests() {
+  static std::vector<StreamRequest> r;
+  return r;
+}
+void log_request(StreamRequest request) {
+  std::lock_guard<std::mutex> lock(requests_mutex());
+  requests().push_back(request);
+}
+
 class EmulatedStreams final : public StreamBackend {
  public:
   int device_count() override { return kDevices; }
@@ -113,7 +126,9 @@ class EmulatedStreams final : public StreamBackend {
     return Stream(cuda(index), next.fetch_add(1), nullptr);
   }
   void synchronize(const Stream& stream) override { raise_deferred_error(stream.device().index); }
-  void wait(const Stream&, const Stream&) override {}
+  void wait(const Stream& waiter, const Stream& producer) override {
+    log_request({StreamRequest::Kind::Wait, waiter, producer});
+  }
 };
 
 EmulatedStreams& streams() {
@@ -131,6 +146,7 @@ void copy_cpu_to_cuda(const Tensor& src, const Tensor& dst, const Stream& stream
   const Tensor s = src.is_contiguous() ? src : src.contiguous();
   if (s.nbytes()) std::memcpy(dst.raw_data(), s.raw_data(), s.nbytes());
   if (s.is_pinned()) s.storage()->record_stream(stream);
+  log_request({StreamRequest::Kind::Upload, stream, Stream(), non_blocking});
   if (!non_blocking) streams().synchronize(stream);
 }
 
@@ -172,5 +188,15 @@ cuda_backend::CudaAllocator& allocator() { return allocator_instance(); }
 cuda_backend::HostCachingAllocator& host_allocator() { return host_allocator_instance(); }
 
 int64_t launches() { return emu::launch_count().load(); }
+
+std::vector<StreamRequest> stream_requests() {
+  std::lock_guard<std::mutex> lock(requests_mutex());
+  return requests();
+}
+
+void clear_stream_requests() {
+  std::lock_guard<std::mutex> lock(requests_mutex());
+  requests().clear();
+}
 
 }  // namespace strata::cuda_emulation
