@@ -6,6 +6,8 @@
 //     relative error ||strata - cuBLAS|| / ||cuBLAS|| after the row;
 //   - add of 256M floats (GB/s, 12 bytes per element) against a device-to-device
 //     cudaMemcpy of 256M floats (GB/s, 8 bytes per element: read + write);
+//   - input fetch: steps/s of a loop of products and distributed batches fetched to the
+//     device on its input stream, against a blocking upload on the default stream;
 //   - training steps/s of the MLP (batch 128) and the MNIST CNN (batch 64) under
 //     OneDeviceStrategy(device), against the Default strategy on the CPU;
 //   - all-reduce bus bandwidth of 2 logical replicas of the device (MirroredStrategy over
@@ -29,6 +31,8 @@
 #include <strata/core/ops.h>
 #include <strata/core/random.h>
 #include <strata/core/stream.h>
+#include <strata/data/dataset.h>
+#include <strata/distribute/distributed_dataset.h>
 #include <strata/distribute/replica_context.h>
 #include <strata/distribute/strategy.h>
 #include <strata/train/nn/nn.h>
@@ -255,6 +259,48 @@ void add_host_copies(std::vector<Result>& out, Device dev, int64_t n, int reps) 
   row(down_pinned, down_base, [&] { return on_gpu.to(Device(), /*non_blocking=*/true); });
 }
 
+// Steps/s of a loop that queues ~5 ms of products on the device (16 float32 2048^3) and
+// takes the next batch of a prefetching distributed dataset (64 images 3x128x128, 12.6 MB),
+// fetched by strata (InputOptions::experimental_fetch_to_device: an upload on the device's
+// input stream, distribute/device_fetch.h), against the same loop with the fetch off and a
+// blocking Tensor::to on the default stream, which waits for the queued products first.
+void add_input_fetch(std::vector<Result>& out, Device dev, bool quick) {
+  const int steps = quick ? 3 : 40;
+  const int reps = quick ? 1 : 5;
+  Result r{"gpu", "input fetch b64 3x128x128 behind ~5 ms of products, one_device(" + dev.str() + ")", 0, "steps/s",
+           0, "fetch off, blocking Tensor::to on the default stream", 0};
+  try {
+    distribute::OneDeviceStrategy strategy(dev);
+    const Tensor images = random::normal({64 * 4, 3, 128, 128}, 23, 0.0, 1.0, kFloat32, Device());
+    const data::Dataset batches = data::Dataset::from_tensor_slices(images).batch(64).repeat();
+    const Tensor a = random::normal({2048, 2048}, 24, 0.0, 1.0, kFloat32, Device()).to(dev);
+    auto iterator = [&](bool fetch) {
+      distribute::InputOptions options;
+      options.experimental_fetch_to_device = fetch;
+      return strategy.experimental_distribute_dataset(batches, options).make_iterator();
+    };
+    distribute::DistributedIterator fetching = iterator(true), host_side = iterator(false);
+    auto loop = [&](distribute::DistributedIterator& it, bool fetch) {
+      for (int i = 0; i < steps; ++i) {
+        for (int k = 0; k < 16; ++k) (void)matmul(a, a);
+        const Tensor batch = (*it.next())[0][0];
+        (void)sum(fetch ? batch : batch.to(dev));
+      }
+      synchronize(dev);
+    };
+    auto fetched = [&] { loop(fetching, true); };
+    auto blocking = [&] { loop(host_side, false); };
+    fetched(), blocking();  // warm-up: allocator, cuBLAS, prefetch threads
+    r.baseline_value = double(steps) / time_it(blocking, reps, 1, 1).median_s;
+    const Timing t = time_it(fetched, reps, 1, 1);
+    r.value = double(steps) / t.median_s;
+    r.spread = t.spread();
+  } catch (const std::exception& e) {
+    r.error = e.what();
+  }
+  out.push_back(std::move(r));
+}
+
 void add_training(std::vector<Result>& out, Device dev, bool cnn, bool quick) {
   const int64_t batch = cnn ? 64 : 128;
   const int steps = quick ? 2 : (cnn ? 50 : 100);
@@ -328,6 +374,7 @@ std::vector<Result> gpu_suite(const Options& o) {
   }
   add_elementwise(out, dev, o.quick ? (int64_t(1) << 24) : (int64_t(256) << 20), reps);
   add_host_copies(out, dev, o.quick ? (int64_t(1) << 22) : (int64_t(64) << 20), reps);
+  add_input_fetch(out, dev, o.quick);
   add_training(out, dev, false, o.quick);
   add_training(out, dev, true, o.quick);
   for (int64_t bytes : o.quick ? std::vector<int64_t>{int64_t(1) << 20} : std::vector<int64_t>{int64_t(1) << 20, int64_t(64) << 20}) {
