@@ -9,7 +9,8 @@ namespace strata::distribute {
 
 struct InputOptions {
   // Copy each replica's part of the batch to that replica's device (in the prefetch
-  // thread), as TensorFlow does for logical and physical devices alike.
+  // thread), as TensorFlow does for logical and physical devices alike; to a GPU the copy
+  // is non-blocking on the device's input stream (distribute/device_fetch.h).
   bool experimental_fetch_to_device = true;
   // Batches prepared ahead per replica on a background thread (0: none).
   int64_t experimental_per_replica_buffer_size = 1;
