@@ -288,7 +288,8 @@ TEST_CASE("nccl: a rank that never joins makes initialisation fail within the ti
   REQUIRE(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 30);
 }
 
-TEST_CASE("nccl: OneDevice(cuda:0) and Mirrored over 2 logical GPUs of cuda:0 train as the CPU does", "[nccl]") {
+TEST_CASE("nccl: OneDevice(cuda:0) and Mirrored over 2 logical GPUs of cuda:0 (also under ZeRO-1) train as the CPU does",
+          "[nccl]") {
   MirroredStrategy on_cpus(MirroredStrategy::cpu_devices(2));
   const std::vector<float> cpu = mlp_losses(on_cpus);
   OneDeviceStrategy one_gpu(cuda(0));
@@ -296,6 +297,10 @@ TEST_CASE("nccl: OneDevice(cuda:0) and Mirrored over 2 logical GPUs of cuda:0 tr
   MirroredStrategy virtual_gpus({cuda(0), cuda(0)});
   REQUIRE(virtual_gpus.cross_device_ops() == CrossDeviceOps::HierarchicalCopyAllReduce);
   require_close(mlp_losses(virtual_gpus), cpu);
+  // ZeRO-1: the momentum slots split between the two logical GPUs.
+  MirroredStrategy sharded({cuda(0), cuda(0)});
+  sharded.set_shard_optimizer_state(true);
+  require_close(mlp_losses(sharded), cpu);
 }
 
 TEST_CASE("gpu input: a batch fetched to a GPU replica does not wait for the work queued on its stream", "[nccl]") {

@@ -2,7 +2,8 @@
 // emulated NCCL backend (emulated_nccl.cc) reduces with the in-process communicator, so
 // what is tested here is the strategy logic on GPUs — NcclAllReduce chosen by default for
 // distinct GPUs, logical GPUs sharing one device reducing in device memory, the same
-// training as on CPUs, and failures that release the other replicas naming the culprit.
+// training as on CPUs (also under ZeRO-1), and failures that release the other replicas
+// naming the culprit.
 // The model is a small MLP written with broadcasting multiplies and sums (matmul is a
 // cuBLAS call, which the emulator cannot run).
 #include <catch2/catch.hpp>
@@ -21,6 +22,7 @@
 #include <strata/distribute/strategy.h>
 #include <strata/train/loss_scale_optimizer.h>
 #include <strata/train/sgd.h>
+#include <strata/train/sharded_optimizer_state.h>
 #include "tests/cuda_emulation/emulated_nccl.h"
 
 using namespace strata;
@@ -71,7 +73,9 @@ Tensor dense(const Tensor& x, const Tensor& w, const Tensor& b) {
 // mixed_bfloat16): float32 variables, the forward and backward pass in `compute`, the
 // loss in float32; float16 scales the loss through a dynamic LossScaleOptimizer (2^15, as
 // Keras), bfloat16 has float32's range and needs none.
-std::vector<float> train_losses(Strategy& strategy, const Problem& p, DType compute = kFloat32) {
+// `state_bytes`, when given, receives the optimizer's slot bytes after training.
+std::vector<float> train_losses(Strategy& strategy, const Problem& p, DType compute = kFloat32,
+                                optim::OptimizerStateBytes* state_bytes = nullptr) {
   std::vector<Variable> vars;
   optim::Optimizer opt;
   {
@@ -115,6 +119,7 @@ std::vector<float> train_losses(Strategy& strategy, const Problem& p, DType comp
         xs, ys);
     losses.push_back(strategy.reduce(ReduceOp::Sum, per_replica_loss).to(Device()).item<float>());
   }
+  if (state_bytes) *state_bytes = optim::optimizer_state_bytes(opt);
   return losses;
 }
 
@@ -186,6 +191,26 @@ TEST_CASE("emulated NCCL: Mirrored training on 2 GPUs and on 2 logical GPUs matc
   // It trains: the last batch's loss is below the first's (every step updates the weights:
   // the gradients are defined, checked in the step).
   REQUIRE(cpu_losses.back() < cpu_losses.front());
+}
+
+TEST_CASE("emulated NCCL: ZeRO-1 on 2 GPUs and on 2 logical GPUs trains as without it", "[nccl]") {
+  const Problem p = make_problem();
+  for (const std::vector<Device>& devices : {std::vector<Device>{cuda(0), cuda(1)}, std::vector<Device>{cuda(0), cuda(0)}}) {
+    INFO("devices " << devices[0] << ", " << devices[1]);
+    MirroredStrategy plain(devices);
+    optim::OptimizerStateBytes whole, shards;
+    const std::vector<float> reference = train_losses(plain, p, kFloat32, &whole);
+    MirroredStrategy sharded(devices);
+    sharded.set_shard_optimizer_state(true);
+    const int64_t before = cuda_emulation::nccl_collectives();
+    const std::vector<float> losses = train_losses(sharded, p, kFloat32, &shards);
+    if (devices[0] != devices[1]) REQUIRE(cuda_emulation::nccl_collectives() - before >= 2 * kSteps);
+    REQUIRE(losses == reference);  // bitwise, as on CPUs
+    // SGD's momentum slots: whole on each replica without ZeRO-1, about half with it.
+    REQUIRE(whole.per_replica == whole.total);
+    REQUIRE(shards.total == whole.total);
+    REQUIRE(shards.per_replica <= whole.total / 2 + 64);
+  }
 }
 
 TEST_CASE("emulated NCCL: a replica that throws mid-collective releases the other, naming it", "[nccl]") {
