@@ -50,6 +50,7 @@ struct Config {
   bool share_cpu_variables = false;
   bool aggregate_gradients_in_backward = false;
   bool checkpoint_on_preemption = false;
+  bool async_checkpoint = false;
   int64_t gradient_accumulation_steps = 1;
   std::string restore_checkpoint;
 };
@@ -289,6 +290,7 @@ int run_parameter_server_job(const Config& c) {
   job.eval_steps = c.eval_steps, job.eval_interval = c.eval_interval, job.seed = c.seed;
   job.learning_rate = c.learning_rate, job.quiet = c.quiet, job.verbose = c.verbose;
   job.terminate_on_nan = !c.no_terminate_on_nan;
+  job.async_checkpoint = c.async_checkpoint;
   job.load_data = [&c] {
     Datasets d = load_data(c);
     return tools::PsTrainData{std::move(d.train), std::move(d.eval), std::move(d.description)};
@@ -401,6 +403,7 @@ int run(const Config& c) {
   co.steps_per_loop = c.steps_per_loop;
   co.checkpoint_manager = &manager;
   co.terminate_on_nan = !c.no_terminate_on_nan;
+  co.enable_async_checkpointing = c.async_checkpoint;
   co.initial_checkpoint = c.restore_checkpoint;
   co.summary_dir = chief ? (model_dir / "summaries").string() : "";
   co.eval_summary_dir = chief ? (model_dir / "summaries" / "eval").string() : "";
@@ -568,6 +571,10 @@ int main(int argc, char** argv) {
   app.add_flag("--checkpoint-on-preemption", c.checkpoint_on_preemption,
                "on SIGTERM (a preemption notice), save a checkpoint at the end of the current loop on every worker "
                "and exit with status 75, so that a restart resumes from it (not with --strategy parameter_server)");
+  app.add_flag("--async-checkpoint", c.async_checkpoint,
+               "write each checkpoint on a background thread while training goes on (a host copy of the state is "
+               "taken at the save's step; Orbit's enable_async_checkpointing); the run ends with its checkpoints "
+               "written");
   app.add_flag("--quiet", c.quiet, "no progress output");
   app.add_flag("--verbose", c.verbose, "progress after every loop");
   try {

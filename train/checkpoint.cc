@@ -168,11 +168,16 @@ std::map<std::string, Variable> Checkpoint::variables_by_path() const {
   return out;
 }
 
-void Checkpoint::save(const fs::path& prefix, std::optional<int64_t> step) const {
-  STRATA_CHECK(!prefix.empty(), "Checkpoint::save: empty prefix");
+CheckpointSnapshot Checkpoint::snapshot(std::optional<int64_t> step, bool own_copies) const {
   autograd::StopRecording no_tape;
-  std::map<std::string, Tensor> tensors;
-  for (const auto& [path, v] : variables_by_path()) tensors.emplace(path, v.impl().checkpoint_value());
+  CheckpointSnapshot out;
+  for (const auto& [path, v] : variables_by_path()) {
+    Tensor value = v.impl().checkpoint_value();
+    // A host copy of its own: the variable's memory (or a device's) may change under an
+    // asynchronous write. to() copies from any other device, logical CPUs included.
+    if (own_copies) value = value.device() == Device() ? value.clone() : value.to(Device());
+    out.tensors.emplace(path, std::move(value));
+  }
   json metadata = json::object();
   if (step) metadata["step"] = *step;
   json objects = json::object();
@@ -187,8 +192,21 @@ void Checkpoint::save(const fs::path& prefix, std::optional<int64_t> step) const
   metadata["extra"] = extra;
   // Which optimizer wrote the slots: restoring them into another kind is refused.
   metadata["optimizers"] = optimizers;
+  out.metadata = std::move(metadata);
+  return out;
+}
+
+void CheckpointSnapshot::write(const fs::path& prefix, const AtomicWriteHooks& hooks) const {
+  STRATA_CHECK(!prefix.empty(), "Checkpoint::save: empty prefix");
   if (prefix.has_parent_path()) fs::create_directories(prefix.parent_path());
-  save_tensors(prefix, tensors, metadata);
+  SaveTensorsOptions options;
+  options.hooks = hooks;
+  save_tensors(prefix, tensors, metadata, options);
+}
+
+void Checkpoint::save(const fs::path& prefix, std::optional<int64_t> step) const {
+  STRATA_CHECK(!prefix.empty(), "Checkpoint::save: empty prefix");
+  snapshot(step, /*own_copies=*/false).write(prefix);
 }
 
 RestoreStatus Checkpoint::restore(const fs::path& prefix) const {

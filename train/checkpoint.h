@@ -38,10 +38,12 @@
 
 #include <filesystem>
 #include <functional>
+#include <exception>
 #include <initializer_list>
 #include <map>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -50,6 +52,7 @@
 
 #include <strata/autograd/variable.h>
 #include <strata/data/dataset.h>
+#include <strata/train/atomic_file.h>
 #include <strata/train/metrics.h>
 #include <strata/train/nn/module.h>
 #include <strata/train/optimizer.h>
@@ -92,6 +95,16 @@ struct RestoreStatus {
   std::vector<std::string> unused;  // tensors in the file that no tracked object claimed
 };
 
+// A checkpoint's contents taken at one moment (Checkpoint::snapshot): every tensor a save
+// writes, by object path, and the manifest's metadata (step, objects, extra states).
+struct CheckpointSnapshot {
+  std::map<std::string, Tensor> tensors;
+  nlohmann::json metadata;
+  // Writes <prefix>.safetensors and <prefix>.manifest.json atomically (creating the
+  // directory). `hooks`: test hooks for both atomic writes.
+  void write(const std::filesystem::path& prefix, const AtomicWriteHooks& hooks = {}) const;
+};
+
 class Checkpoint {
  public:
   Checkpoint() = default;
@@ -106,6 +119,12 @@ class Checkpoint {
   // Writes the checkpoint under `prefix` (creating its directory): <prefix>.safetensors
   // and <prefix>.manifest.json. `step` is recorded in the manifest.
   void save(const std::filesystem::path& prefix, std::optional<int64_t> step = std::nullopt) const;
+  // The contents a save would write now. With own_copies every tensor is a host copy of
+  // its own, so the snapshot keeps these values however the variables change later (what
+  // an asynchronous save writes); without, tensors may share the variables' memory. Runs
+  // the extra states' save functions and reads sync-on-read variables (a collective
+  // under a multi-worker strategy, as save() is).
+  CheckpointSnapshot snapshot(std::optional<int64_t> step, bool own_copies) const;
   // Restores every tracked object from `prefix`, all or nothing (see above).
   RestoreStatus restore(const std::filesystem::path& prefix) const;
 
@@ -133,6 +152,22 @@ class Checkpoint {
 //
 // restore_or_initialize() refuses a latest checkpoint that fails to load, and names the
 // newest older checkpoint that loads intact (restore(prefix) resumes from it).
+//
+// Asynchronous saves (CheckpointOptions::enable_async_checkpoint, TensorFlow's
+// experimental_enable_async_checkpoint; Orbit's Controller enable_async_checkpointing):
+// save() takes a host copy of every value (Checkpoint::snapshot), which costs memory for
+// one more copy of the state, and returns while a background thread writes the files,
+// lists the checkpoint and drops old ones, in the order a synchronous save does, so a
+// crash leaves the same states. One save is in flight at a time: the next save, sync(),
+// restore(), any query of the checkpoints and the destructor wait for it first. A failed
+// write is raised by sync() or by the next save (the destructor can only print it); its
+// checkpoint is then not committed and the latest stays the previous one.
+struct CheckpointOptions {
+  bool enable_async_checkpoint = false;
+  // Test hooks for the atomic writes of the checkpoint's two files (train/atomic_file.h).
+  AtomicWriteHooks write_hooks;
+};
+
 class CheckpointManager {
  public:
   // checkpoint_interval > 0: save() without force skips steps fewer than this many after
@@ -146,7 +181,14 @@ class CheckpointManager {
   // Saves <name>-<step> and returns its prefix, or "" when the interval says to skip. The
   // step is `step`, else the step counter's value, else one more than the latest
   // checkpoint's step (1 for the first).
-  std::string save(std::optional<int64_t> step = std::nullopt, bool force = false);
+  std::string save(std::optional<int64_t> step = std::nullopt, bool force = false,
+                   const CheckpointOptions& options = {});
+  // Waits for an asynchronous save in flight, if any, and raises its failure.
+  void sync();
+  // Waits for an asynchronous save in flight (a failure is printed to stderr).
+  ~CheckpointManager();
+  CheckpointManager(const CheckpointManager&) = delete;
+  CheckpointManager& operator=(const CheckpointManager&) = delete;
   // The newest committed checkpoint that the state file lists (read each time).
   std::optional<std::string> latest_checkpoint() const;
   // Every committed checkpoint the state file lists, oldest (lowest step) first.
@@ -164,7 +206,8 @@ class CheckpointManager {
   // 0: save() without force always saves.
   int64_t checkpoint_interval() const { return checkpoint_interval_; }
   // The step of the last checkpoint saved or restored by this manager (or found at start).
-  std::optional<int64_t> last_checkpoint_step() const { return last_step_; }
+  // (An asynchronous save counts once written: this waits for one in flight.)
+  std::optional<int64_t> last_checkpoint_step() const;
 
  private:
   // (step, prefix) of every committed checkpoint the state file lists (without a state
@@ -185,7 +228,20 @@ class CheckpointManager {
   Variable step_counter_;
   std::function<void()> init_fn_;
   std::string name_;
-  std::optional<int64_t> last_step_;
+  mutable std::optional<int64_t> last_step_;
+
+  // The file work of a save: list `prefix` in the state file, commit the snapshot, drop
+  // the checkpoints beyond max_to_keep, list what is left. On the caller's thread or on
+  // the writer thread of an asynchronous save.
+  void commit(std::vector<std::pair<int64_t, std::string>> kept, const std::string& prefix,
+              const CheckpointSnapshot& snapshot, const AtomicWriteHooks& hooks) const;
+  // Joins the writer of an asynchronous save, if any; a failure is kept in write_error_
+  // and last_step_ goes back to what it was before that save.
+  void wait_for_write() const;
+
+  mutable std::thread writer_;
+  mutable std::exception_ptr write_error_;
+  mutable std::optional<int64_t> step_before_write_;
 };
 
 }  // namespace strata::train

@@ -2,8 +2,10 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <system_error>
+#include <utility>
 
 #include <strata/core/error.h>
 #include <strata/train/atomic_file.h>
@@ -138,7 +140,8 @@ void CheckpointManager::write_index(const std::vector<std::pair<int64_t, std::st
   write_file_atomic(index_path(), index.dump(2) + "\n");
 }
 
-std::string CheckpointManager::save(std::optional<int64_t> step, bool force) {
+std::string CheckpointManager::save(std::optional<int64_t> step, bool force, const CheckpointOptions& options) {
+  sync();  // one save at a time; a failed asynchronous save is raised here
   int64_t s;
   auto kept = scan();
   if (step) {
@@ -155,12 +158,32 @@ std::string CheckpointManager::save(std::optional<int64_t> step, bool force) {
   std::erase_if(kept, [&](const auto& entry) { return entry.second == prefix; });
   kept.emplace_back(s, prefix);
   std::sort(kept.begin(), kept.end());
+  if (!options.enable_async_checkpoint) {
+    commit(std::move(kept), prefix, checkpoint_.snapshot(s, /*own_copies=*/false), options.write_hooks);
+    last_step_ = s;
+    return prefix;
+  }
+  // The values are taken now, on this thread (with any collective that takes); the files
+  // are written behind the caller's back.
+  auto snapshot = std::make_shared<const CheckpointSnapshot>(checkpoint_.snapshot(s, /*own_copies=*/true));
+  step_before_write_ = last_step_;
+  last_step_ = s;
+  writer_ = std::thread([this, kept = std::move(kept), prefix, snapshot, hooks = options.write_hooks]() mutable {
+    try {
+      commit(std::move(kept), prefix, *snapshot, hooks);
+    } catch (...) {
+      write_error_ = std::current_exception();
+    }
+  });
+  return prefix;
+}
+
+void CheckpointManager::commit(std::vector<std::pair<int64_t, std::string>> kept, const std::string& prefix,
+                               const CheckpointSnapshot& snapshot, const AtomicWriteHooks& hooks) const {
   // List it before committing it (it counts only once committed): a crash after the
   // commit then never leaves a checkpoint that the state file does not know.
   write_index(kept, prefix);
-  checkpoint_.save(prefix, s);
-  last_step_ = s;
-
+  snapshot.write(prefix, hooks);
   if (max_to_keep_ > 0) {
     // Delete the lowest steps beyond max_to_keep, never the checkpoint just written.
     size_t excess = kept.size() > size_t(max_to_keep_) ? kept.size() - size_t(max_to_keep_) : 0;
@@ -176,28 +199,59 @@ std::string CheckpointManager::save(std::optional<int64_t> step, bool force) {
     kept = std::move(remaining);
   }
   write_index(kept, prefix);
-  return prefix;
+}
+
+void CheckpointManager::wait_for_write() const {
+  if (!writer_.joinable()) return;
+  writer_.join();
+  if (write_error_) last_step_ = step_before_write_;
+}
+
+void CheckpointManager::sync() {
+  wait_for_write();
+  if (std::exception_ptr error = std::exchange(write_error_, nullptr)) std::rethrow_exception(error);
+}
+
+CheckpointManager::~CheckpointManager() {
+  wait_for_write();
+  if (!write_error_) return;
+  try {
+    std::rethrow_exception(write_error_);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "CheckpointManager: an asynchronous save to %s failed: %s\n", directory_.c_str(), e.what());
+  } catch (...) {
+    std::fprintf(stderr, "CheckpointManager: an asynchronous save to %s failed\n", directory_.c_str());
+  }
+}
+
+std::optional<int64_t> CheckpointManager::last_checkpoint_step() const {
+  wait_for_write();
+  return last_step_;
 }
 
 std::optional<std::string> CheckpointManager::latest_checkpoint() const {
+  wait_for_write();
   const auto all = scan();
   if (all.empty()) return std::nullopt;
   return all.back().second;
 }
 
 std::vector<std::string> CheckpointManager::checkpoints() const {
+  wait_for_write();
   std::vector<std::string> out;
   for (const auto& [step, prefix] : scan()) out.push_back(prefix);
   return out;
 }
 
 RestoreStatus CheckpointManager::restore(const std::string& prefix) {
+  sync();
   RestoreStatus status = checkpoint_.restore(prefix);
   if (status.step) last_step_ = status.step;
   return status;
 }
 
 std::string CheckpointManager::restore_or_initialize() {
+  sync();
   if (auto latest = latest_checkpoint()) {
     try {
       restore(*latest);

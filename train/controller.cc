@@ -189,6 +189,9 @@ void Controller::train_until(int64_t steps, bool checkpoint_at_completion) {
     step = global_step();
   }
   if (checkpoint_at_completion) maybe_save_checkpoint(/*check_interval=*/false);
+  // Orbit's _sync_on_async_checkpointing: train() returns with its checkpoints written
+  // (and a failed asynchronous write raised).
+  if (options_.checkpoint_manager) options_.checkpoint_manager->sync();
 }
 
 void Controller::train_n_steps(int64_t num_steps) {
@@ -229,13 +232,15 @@ std::string Controller::maybe_save_checkpoint(bool check_interval) {
   CheckpointManager* manager = options_.checkpoint_manager;
   if (!manager) return "";
   const int64_t step = global_step();
+  CheckpointOptions save_options;
+  save_options.enable_async_checkpoint = options_.enable_async_checkpointing;
   std::string path;
   if (check_interval) {
     if (manager->checkpoint_interval() == 0) return "";  // periodic saving is off
-    path = manager->save(step, /*force=*/false);
+    path = manager->save(step, /*force=*/false, save_options);
   } else {
     if (manager->last_checkpoint_step() == step) return "";  // this step has one already
-    path = manager->save(step, /*force=*/true);
+    path = manager->save(step, /*force=*/true, save_options);
   }
   if (!path.empty()) {
     last_checkpoint_ = path;
@@ -337,6 +342,7 @@ Outputs Controller::evaluate_continuously(int64_t steps, double timeout_seconds,
 std::string Controller::save_checkpoint() {
   require(options_.checkpoint_manager, "checkpoint_manager", "save_checkpoint");
   const std::string path = maybe_save_checkpoint(/*check_interval=*/false);
+  options_.checkpoint_manager->sync();  // the path returned names a written checkpoint
   return path.empty() ? last_checkpoint_ : path;
 }
 

@@ -83,6 +83,11 @@ struct ControllerOptions {
   // that is NaN or infinite after a loop stops training with a strata::Error (before any
   // checkpoint of that state is saved). false keeps training regardless.
   bool terminate_on_nan = true;
+  // Orbit's enable_async_checkpointing: the checkpoints train() saves on its way are
+  // written on a background thread while training goes on (CheckpointOptions::
+  // enable_async_checkpoint, train/checkpoint.h); train() and save_checkpoint() return
+  // once they are written.
+  bool enable_async_checkpointing = false;
   // The checkpoint to restore at construction; "" restores the manager's latest.
   std::string initial_checkpoint;
   // Orbit's train_actions: called in order after each train loop with its outputs (e.g.

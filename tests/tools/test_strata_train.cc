@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 
 #include "tests/tools/strata_train_runner.h"
+#include <strata/train/checkpoint_file.h>
 
 namespace {
 
@@ -97,5 +98,32 @@ TEST_CASE("strata-train --gradient-accumulation-steps: the same training as one 
   Run refused = run("--strategy mirrored --steps 1 --gradient-accumulation-steps 2 --aggregate-gradients-in-backward");
   CHECK(refused.status != 0);
   CHECK_THAT(refused.output, Catch::Contains("--gradient-accumulation-steps applies to"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("strata-train --async-checkpoint: the checkpoints of a synchronous run") {
+  // Checkpoints written on a background thread while training goes on hold the values of
+  // their steps: bitwise those a synchronous run writes at the same steps.
+  const auto dir = fresh_dir("async_checkpoint");
+  auto train = [&](const std::string& name, const std::string& flag) {
+    const auto sub = dir / name;
+    Run r = run("--model mlp --data synthetic --strategy mirrored --replicas 2 --global-batch 64 --steps 60 "
+                "--steps-per-loop 5 --train-examples 512 --eval-examples 128 --quiet --model-dir " + sub.string() +
+                " --report " + (sub / "r.json").string() + flag);
+    INFO(r.output);
+    REQUIRE(r.status == 0);
+    return sub / "checkpoints";
+  };
+  const auto sync_dir = train("sync", ""), async_dir = train("async", " --async-checkpoint");
+  // The interval is 5 loops: saves at steps 5, 30, 55 and 60 (completion); 3 kept.
+  for (const char* name : {"ckpt-30", "ckpt-55", "ckpt-60"}) {
+    INFO(name);
+    const auto a = strata::train::load_tensors(sync_dir / name), b = strata::train::load_tensors(async_dir / name);
+    REQUIRE(a.tensors.size() == b.tensors.size());
+    for (const auto& [path, t] : a.tensors) {
+      INFO(path);
+      CHECK(t.to_vector<double>() == b.tensors.at(path).to_vector<double>());
+    }
+  }
   std::filesystem::remove_all(dir);
 }

@@ -172,6 +172,7 @@ int run_chief_or_worker(const PsTrainJob& job, const distribute::ClusterResolver
   co.steps_per_loop = job.steps_per_loop;
   co.checkpoint_manager = &manager;
   co.terminate_on_nan = job.terminate_on_nan;
+  co.enable_async_checkpointing = job.async_checkpoint;
   co.summary_dir = (model_dir / "summaries").string();
   co.eval_summary_dir = (model_dir / "summaries" / "eval").string();
   co.progress.verbosity =

@@ -37,6 +37,8 @@ struct PsTrainJob {
   bool quiet = false, verbose = false;
   // Keras's TerminateOnNaN on the chief's loop (strata-train's --no-terminate-on-nan).
   bool terminate_on_nan = true;
+  // The chief's checkpoints written on a background thread (strata-train's --async-checkpoint).
+  bool async_checkpoint = false;
   // Called by the chief and the workers (not by parameter servers), before the model is
   // built; every task must get the same data.
   std::function<PsTrainData()> load_data;
