@@ -5,7 +5,8 @@
 // (aggregate_gradients_in_backward; with copies and with one copy) and CentralStorage(2),
 // each next to the Default strategy measured in the same run, in alternating rounds; and
 // the data-parallel bound (`independent(2)`, below) that the 2-replica rows are also
-// compared with. (bench/compare/ runs the same workloads in PyTorch.)
+// compared with. (bench/compare/ runs the same workloads in PyTorch.) Also: how long a
+// checkpoint save holds the training thread, asynchronous against synchronous.
 #include "bench/bench.h"
 #include <strata/autograd/tape.h>
 #include <strata/core/ops.h>
@@ -16,12 +17,17 @@
 #include <strata/distribute/loss_scaling.h>
 #include <strata/distribute/replica_threads.h>
 #include <strata/distribute/strategy.h>
+#include <strata/train/checkpoint.h>
 #include <strata/train/losses.h>
 #include <strata/train/nn/nn.h>
 #include <strata/train/sgd.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
 #include <exception>
+#include <filesystem>
 #include <mutex>
 #include <memory>
 #include <thread>
@@ -105,6 +111,56 @@ double steps_per_second(distribute::Strategy& strategy, bool cnn, int64_t batch,
 }
 
 
+// How long a checkpoint save holds the training thread: a CheckpointManager over one
+// float32 variable of 256 MB (4 MB with --quick), saving asynchronously (the wait is the
+// host copy of the state; CheckpointOptions::enable_async_checkpoint) against a
+// synchronous save (both files written and fsynced) in the same run, alternating. The
+// asynchronous write is waited for (sync) between rounds, outside the timing; its whole
+// time, save to written, is the row's `write_ms`.
+void add_checkpoint_stall(std::vector<Result>& out, const Options& o) {
+  const bool quick = o.quick;
+  namespace fs = std::filesystem;
+  const int64_t floats = quick ? (int64_t(1) << 20) : (int64_t(64) << 20);
+  const std::string size = std::to_string(floats * 4 >> 20) + " MB";
+  Result r{"train", "checkpoint save of " + size + ", asynchronous: the training thread held", 0, "ms", 0,
+           "synchronous save", 0, /*lower_is_better=*/true};
+  if (!o.selects(r.name)) return;
+  const fs::path dir = fs::temp_directory_path() / ("strata-bench-checkpoint-" + std::to_string(::getpid()));
+  try {
+    fs::remove_all(dir);
+    Variable w(random::normal({floats}, 31));
+    train::CheckpointManager manager(train::Checkpoint{{"w", w}}, dir, /*max_to_keep=*/1);
+    train::CheckpointOptions async;
+    async.enable_async_checkpoint = true;
+    using Clock = std::chrono::steady_clock;
+    auto ms_since = [](Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); };
+    std::vector<double> held, blocking, written;
+    int64_t step = 0;
+    const int rounds = quick ? 1 : 5;
+    manager.save(step++, true);  // warm-up: the directory, the page cache
+    for (int i = 0; i < rounds; ++i) {
+      auto t0 = Clock::now();
+      manager.save(step++, true);
+      blocking.push_back(ms_since(t0));
+      t0 = Clock::now();
+      manager.save(step++, true, async);
+      held.push_back(ms_since(t0));
+      manager.sync();
+      written.push_back(ms_since(t0));
+    }
+    const Timing t = summarize(held);
+    r.value = t.median_s;  // milliseconds here
+    r.spread = t.spread();
+    r.baseline_value = summarize(blocking).median_s;
+    r.extra = {{"write_ms", summarize(written).median_s}};
+  } catch (const std::exception& e) {
+    r.error = e.what();
+  }
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  out.push_back(std::move(r));
+}
+
 std::vector<Result> train_suite(const Options& o) {
   std::vector<Result> out;
   const int cores = std::max(1u, std::thread::hardware_concurrency());
@@ -147,6 +203,10 @@ std::vector<Result> train_suite(const Options& o) {
     strategies.emplace_back("mirrored(2) one copy aggregated", std::move(one_copy_aggregated));
     strategies.emplace_back("central_storage(2)", std::make_unique<distribute::CentralStorageStrategy>(
                                                       distribute::MirroredStrategy::cpu_devices(2)));
+    // --filter: the model's trainings run only when one of its rows is asked for.
+    bool selected = o.selects(model + " default") || o.selects(model + " independent");
+    for (const auto& entry : strategies) selected = selected || o.selects(model + " " + entry.first);
+    if (!selected) continue;
     std::vector<std::function<void()>> trainers{
         make_trainer(distribute::DefaultStrategy::instance(), cnn, batch, steps)};
     for (auto& [name, strategy] : strategies) trainers.push_back(make_trainer(*strategy, cnn, batch, steps));
@@ -185,6 +245,7 @@ std::vector<Result> train_suite(const Options& o) {
       row(k + 1, strategies[k].first, strategies[k].second->num_replicas_in_sync() == kBoundReplicas);
     row(bound, "independent(" + std::to_string(kBoundReplicas) + ") (no communication: the data-parallel bound)", false);
   }
+  add_checkpoint_stall(out, o);
   return out;
 }
 
