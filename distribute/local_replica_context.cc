@@ -1,5 +1,6 @@
 #include <strata/distribute/local_replica_context.h>
 
+#include <strata/autograd/custom_gradient.h>
 #include <strata/autograd/tape.h>
 #include <strata/core/ops.h>
 #include <strata/core/thread_pool.h>
@@ -93,17 +94,41 @@ void LocalReplicaContext::reduce_buffer(InProcessCommunicator& comm, const Tenso
 }
 
 std::vector<Tensor> LocalReplicaContext::all_reduce(ReduceOp op, const std::vector<Tensor>& values) {
-  autograd::StopRecording no_tape;
   if (comm_.size() == 1 && !strategy_.worker_communicator()) return values;
-  drain_gradients();
-  // One rendezvous per bucket rather than per tensor (gradient_reducer.h packs).
-  return GradientReducer::reduce_packed(values, strategy_.communication_options().bytes_per_pack,
-                                        [&](const Tensor& buffer) {
-                                          reduce_buffer(comm_, buffer, op,
-                                                        std::string("all_reduce(") + reduce_op_name(op) + ", " +
-                                                            dtype_name(buffer.dtype()) + shape_str(buffer.shape()) +
-                                                            ")");
-                                        });
+  std::vector<Tensor> out;
+  {
+    autograd::StopRecording no_tape;
+    drain_gradients();
+    // One rendezvous per bucket rather than per tensor (gradient_reducer.h packs).
+    out = GradientReducer::reduce_packed(values, strategy_.communication_options().bytes_per_pack,
+                                         [&](const Tensor& buffer) {
+                                           reduce_buffer(comm_, buffer, op,
+                                                         std::string("all_reduce(") + reduce_op_name(op) + ", " +
+                                                             dtype_name(buffer.dtype()) + shape_str(buffer.shape()) +
+                                                             ")");
+                                         });
+  }
+  // Differentiable, as TensorFlow's: replica r's value reaches every replica's result, so
+  // its gradient is the sum (the mean, for Mean) of every replica's gradient there — an
+  // all-reduce in backward, which every replica reaches in the same order because they
+  // run the same step. Max and Min are not differentiated (no gradient flows through).
+  if ((op == ReduceOp::Sum || op == ReduceOp::Mean) && autograd::is_recording()) {
+    for (size_t i = 0; i < values.size(); ++i) {
+      if (!values[i].defined() || !is_floating(values[i].dtype())) continue;
+      const Tensor reduced = out[i];
+      out[i] = autograd::custom_gradient({values[i]}, [reduced, op](const std::vector<Tensor>&) {
+        autograd::CustomVjp vjp = [op](const Tensor& grad) {
+          ReplicaContext* ctx = get_replica_context();
+          STRATA_CHECK(ctx != nullptr && ctx->num_replicas_in_sync() > 1,
+                       "ReplicaContext::all_reduce: its gradient is an all-reduce across the replicas, so compute "
+                       "it inside the Strategy::run that made it (here there is no replica context)");
+          return std::vector<Tensor>{ctx->all_reduce(op, grad)};
+        };
+        return autograd::CustomResult{reduced, std::move(vjp)};
+      });
+    }
+  }
+  return out;
 }
 
 std::vector<Tensor> LocalReplicaContext::sum_gradients(const std::vector<Tensor>& grads) {

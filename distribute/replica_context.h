@@ -39,6 +39,9 @@ class ReplicaContext {
   // Reduces each tensor across all replicas in sync; every replica gets the result (on
   // its own device). Undefined tensors stay undefined. Tensors of one dtype are packed
   // into buckets of CommunicationOptions::bytes_per_pack (0 = one bucket per dtype).
+  // Sum and Mean are differentiable, as in TensorFlow: under a GradientTape the gradient
+  // of a replica's value is the all-reduce (same op) of every replica's gradient of the
+  // result, computed in backward — so compute it inside the same Strategy::run.
   virtual std::vector<Tensor> all_reduce(ReduceOp op, const std::vector<Tensor>& values) = 0;
   Tensor all_reduce(ReduceOp op, const Tensor& value) { return all_reduce(op, std::vector<Tensor>{value})[0]; }
   // Sums gradients across replicas (Optimizer::apply_gradients' aggregation): the same

@@ -2,8 +2,8 @@
 // emulated NCCL backend (emulated_nccl.cc) reduces with the in-process communicator, so
 // what is tested here is the strategy logic on GPUs — NcclAllReduce chosen by default for
 // distinct GPUs, logical GPUs sharing one device reducing in device memory, the same
-// training as on CPUs (also under ZeRO-1), and failures that release the other replicas
-// naming the culprit.
+// training as on CPUs (also under ZeRO-1), a synchronized BatchNormalization, and
+// failures that release the other replicas naming the culprit.
 // The model is a small MLP written with broadcasting multiplies and sums (matmul is a
 // cuBLAS call, which the emulator cannot run).
 #include <catch2/catch.hpp>
@@ -21,6 +21,7 @@
 #include <strata/distribute/make_strategy.h>
 #include <strata/distribute/strategy.h>
 #include <strata/train/loss_scale_optimizer.h>
+#include <strata/train/nn/normalization.h>
 #include <strata/train/sgd.h>
 #include <strata/train/sharded_optimizer_state.h>
 #include "tests/cuda_emulation/emulated_nccl.h"
@@ -210,6 +211,46 @@ TEST_CASE("emulated NCCL: ZeRO-1 on 2 GPUs and on 2 logical GPUs trains as witho
     REQUIRE(whole.per_replica == whole.total);
     REQUIRE(shards.total == whole.total);
     REQUIRE(shards.per_replica <= whole.total / 2 + 64);
+  }
+}
+
+TEST_CASE("emulated NCCL: a synchronized BatchNormalization on 2 GPUs normalises as on 2 CPUs", "[nccl]") {
+  // Forward statistics all-reduced through NCCL, and the input gradient through the
+  // all-reduce in backward; compared with the same layer on two CPU replicas.
+  const Problem p = make_problem();
+  auto run = [&](Strategy& strategy) {
+    nn::BatchNormalization bn;
+    {
+      auto scope = strategy.scope();
+      nn::BatchNormalizationOptions o;
+      o.synchronized = true;
+      bn = nn::BatchNormalization(kFeatures, o);
+    }
+    const int64_t per_replica = kGlobalBatch / 2;
+    PerReplica<Tensor> xs = strategy.experimental_distribute_values_from_function([&](const ValueContext& ctx) {
+      return p.x[0].slice(0, ctx.replica_id_in_sync_group * per_replica, (ctx.replica_id_in_sync_group + 1) * per_replica);
+    });
+    auto out = strategy.run(
+        [&](const Tensor& x) {
+          GradientTape tape;
+          tape.watch(x);
+          const Tensor y = bn(x);
+          const Tensor dx = tape.gradient(sum(y * y * x), x);
+          return std::vector<Tensor>{y.to(Device()), dx.to(Device())};
+        },
+        xs);
+    return std::vector<Tensor>{concat({out[0][0], out[1][0]}, 0), concat({out[0][1], out[1][1]}, 0)};
+  };
+  MirroredStrategy on_cpus(MirroredStrategy::cpu_devices(2));
+  const std::vector<Tensor> cpu = run(on_cpus);
+  const int64_t before = cuda_emulation::nccl_collectives();
+  MirroredStrategy on_gpus({cuda(0), cuda(1)});
+  const std::vector<Tensor> gpu = run(on_gpus);
+  REQUIRE(cuda_emulation::nccl_collectives() - before >= 2 * 2);  // forward and backward, each rank
+  for (size_t k = 0; k < 2; ++k) {
+    const std::vector<float> a = cpu[k].to_vector<float>(), b = gpu[k].to_vector<float>();
+    REQUIRE(a.size() == b.size());
+    for (size_t i = 0; i < a.size(); ++i) REQUIRE(b[i] == Approx(a[i]).epsilon(1e-4).margin(1e-5));
   }
 }
 

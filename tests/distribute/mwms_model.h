@@ -8,6 +8,7 @@
 #include <vector>
 
 #include <strata/distribute/strategy.h>
+#include <strata/train/nn/nn.h>
 #include <strata/train/sgd.h>
 #include "tests/distribute/equivalence_helpers.h"
 
@@ -20,17 +21,28 @@ inline data::Dataset mwms_dataset() {
   return classification_dataset(42, kMwmsExamples, kMwmsFeatures, kMwmsGlobalBatch, /*drop_remainder=*/true);
 }
 
-// Trains `epochs` epochs and returns the final weights (kernel, bias of both layers).
+// Trains `epochs` epochs and returns the final weights (kernel, bias of both layers; and
+// the normalization's gamma and beta with sync_batch_norm).
 // init_seed seeds the initializers: workers given different seeds still start equal,
 // because the strategy broadcasts worker 0's initial values. on_step(step) runs after
 // each step (the helper uses it to kill a worker mid-training).
+// sync_batch_norm: a synchronized BatchNormalization after the first layer (its
+// statistics those of the global batch, over every replica of every worker).
 inline std::vector<Tensor> mwms_train(Strategy& strategy, int epochs, uint64_t init_seed,
-                                      const std::function<void(int)>& on_step) {
+                                      const std::function<void(int)>& on_step, bool sync_batch_norm = false) {
   nn::Sequential model;
   optim::Optimizer opt;
   {
     auto scope = strategy.scope();
-    model = classification_mlp(kMwmsFeatures, kMwmsHidden, kMwmsClasses, init_seed);
+    if (sync_batch_norm) {
+      nn::BatchNormalizationOptions bn;
+      bn.synchronized = true;
+      model = nn::Sequential{nn::Dense(kMwmsFeatures, kMwmsHidden, {.kernel_initializer = nn::glorot_uniform(init_seed)}),
+                             nn::BatchNormalization(kMwmsHidden, bn), nn::ReLU(),
+                             nn::Dense(kMwmsHidden, kMwmsClasses, {.kernel_initializer = nn::glorot_uniform(init_seed + 1)})};
+    } else {
+      model = classification_mlp(kMwmsFeatures, kMwmsHidden, kMwmsClasses, init_seed);
+    }
     opt = optim::SGD(0.1, {.momentum = 0.9});
   }
   // The global batch is given: a worker's local parts are only its share of it.

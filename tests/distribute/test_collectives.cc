@@ -1,14 +1,17 @@
 // The in-process collectives behind MirroredStrategy: the cross-device ops agree bitwise
 // (cross_device_ops_test.py's reduce/all-reduce assertions), and every failure — a
 // replica throwing, collectives issued in different orders, a replica that never
-// arrives — is reported, never a hang.
+// arrives — is reported, never a hang; a replica-context all-reduce is differentiable.
 #include <atomic>
+#include <cmath>
 #include <chrono>
 #include <cstring>
 #include <random>
 #include <set>
 #include <thread>
 
+#include <strata/autograd/tape.h>
+#include <strata/core/ops.h>
 #include <strata/core/thread_pool.h>
 #include <strata/distribute/collective/in_process.h>
 #include <strata/distribute/local_replica_context.h>
@@ -119,6 +122,28 @@ TEST_CASE("all_reduce packs by dtype and bytes_per_pack, undefined gradients sta
       return x;
     });
     REQUIRE_ALLCLOSE(inputs_kept[1], ones({4}));
+  }
+}
+
+TEST_CASE("ReplicaContext::all_reduce: Sum and Mean are differentiable through an all-reduce in backward") {
+  // Replica r: y = all_reduce(op, c_r x_r), loss_r = sum(w_r y), c_r = r + 1, w_r = 10^r.
+  // x_r reaches every replica's y, so d(loss_r)/d(x_r) as TensorFlow defines it is
+  // c_r times the all-reduce of the w's: c_r (1 + 10 + 100) for Sum, a third of it for Mean.
+  MirroredStrategy strategy(MirroredStrategy::cpu_devices(3));
+  for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max}) {
+    INFO(reduce_op_name(op));
+    auto grads = strategy.run([op] {
+      ReplicaContext* ctx = get_replica_context();
+      const double r = ctx->replica_id_in_sync_group();
+      const Tensor x = full({2}, 1.0, kFloat64);
+      autograd::GradientTape tape;
+      tape.watch(x);
+      const Tensor y = ctx->all_reduce(op, x * (r + 1));
+      const Tensor loss = sum(y * std::pow(10.0, r));
+      return tape.gradient(loss, x, autograd::UnconnectedGradients::Zero);
+    });
+    const double total = op == ReduceOp::Sum ? 111.0 : op == ReduceOp::Mean ? 37.0 : 0.0;
+    for (int r = 0; r < 3; ++r) REQUIRE_ALLCLOSE(grads[size_t(r)], full({2}, (r + 1) * total, kFloat64));
   }
 }
 

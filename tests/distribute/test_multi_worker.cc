@@ -165,6 +165,32 @@ TEST_CASE("MultiWorkerMirrored: 2 workers x 1 replica train like Mirrored(2) in 
   CHECK(moved > 1e-3);
 }
 
+TEST_CASE("MultiWorkerMirrored: a synchronized BatchNormalization over 2 workers x 2 replicas trains like Mirrored(4)",
+          "[mwms][multiprocess]") {
+  // The layer's statistics are all-reduced over the 4 replicas of the 2 workers in
+  // forward, and its gradients in backward while the gradient buckets are in flight.
+  if (skip_without_gloo()) return;
+  MirroredStrategy mirrored(MirroredStrategy::cpu_devices(4));
+  std::vector<double> want;
+  for (const Tensor& t : distribute::testing::mwms_train(mirrored, 2, 1, [](int) {}, /*sync_batch_norm=*/true))
+    for (double x : t.to_vector<double>()) want.push_back(x);
+  TempDir dir;
+  const std::string out = (dir.path / "weights").string();
+  auto r = launch(2, 2, {STRATA_MWMS_HELPER, "train", "--out", out, "--epochs", "2", "--sync-batch-norm"}, 120);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  const auto w0 = read_numbers(out + ".0"), w1 = read_numbers(out + ".1");
+  REQUIRE(w0.size() == want.size());
+  CHECK(w0 == w1);
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    diff = std::max(diff, std::abs(w0[i] - want[i]));
+    scale = std::max(scale, std::abs(want[i]));
+  }
+  INFO("max relative difference to Mirrored(4): " << diff / scale);
+  CHECK(diff / scale <= 1e-5);
+}
+
 TEST_CASE("MultiWorkerMirrored: auto-sharding covers the data exactly once per epoch", "[mwms][multiprocess]") {
   if (skip_without_gloo()) return;
   SECTION("data (auto without files): each global batch split over every replica of the job") {

@@ -4,6 +4,7 @@
 
 #include <strata/autograd/tape.h>
 #include <strata/core/ops.h>
+#include <strata/distribute/replica_context.h>
 
 namespace strata::nn {
 
@@ -63,9 +64,24 @@ Tensor BatchNormalizationImpl::forward(const Tensor& input) {
   auto as_x = [&](const Tensor& t) { return mixed_precision::autocast(t, x.dtype()); };
   Tensor mean_b, var_b;
   if (training()) {
-    STRATA_CHECK(x.numel() > 0, "nn::BatchNormalization: empty batch in training mode");
-    mean_b = mean(x, reduce_axes, /*keepdims=*/true);
-    var_b = mean(square(sub(x, mean_b)), reduce_axes, /*keepdims=*/true);  // biased, as Keras
+    distribute::ReplicaContext* replica = options_.synchronized ? distribute::get_replica_context() : nullptr;
+    if (replica != nullptr && replica->num_replicas_in_sync() > 1) {
+      // The global batch's statistics, as Keras computes them: sums and the example count
+      // all-reduced (differentiable), then E[x^2] - E[x]^2 (clamped at 0 against rounding).
+      const Tensor count = full({1}, double(x.numel() / num_features_), x.dtype(), x.device());
+      const Tensor local = concat({sum(x, reduce_axes).reshape({num_features_}),
+                                   sum(square(x), reduce_axes).reshape({num_features_}), count},
+                                  0);
+      const Tensor global = replica->all_reduce(distribute::ReduceOp::Sum, local);
+      const Tensor n = global.slice(0, 2 * num_features_, 2 * num_features_ + 1);
+      mean_b = div(global.slice(0, 0, num_features_), n).reshape(stat_shape);
+      const Tensor mean_square = div(global.slice(0, num_features_, 2 * num_features_), n).reshape(stat_shape);
+      var_b = maximum(sub(mean_square, square(mean_b)), zeros({}, x.dtype(), x.device()));
+    } else {
+      STRATA_CHECK(x.numel() > 0, "nn::BatchNormalization: empty batch in training mode");
+      mean_b = mean(x, reduce_axes, /*keepdims=*/true);
+      var_b = mean(square(sub(x, mean_b)), reduce_axes, /*keepdims=*/true);  // biased, as Keras
+    }
     autograd::StopRecording no_tape;
     const double decay = 1.0 - options_.momentum;
     for (auto [var, batch] : {std::pair{moving_mean_, mean_b}, std::pair{moving_variance_, var_b}}) {

@@ -6,6 +6,16 @@
 // In inference it uses the moving averages. The moving statistics are non-trainable,
 // sync-on-read variables aggregated by mean, as in Keras, so under a strategy each replica
 // keeps its own and reading them in cross-replica context averages the replicas.
+//
+// synchronized (Keras's BatchNormalization(synchronized=True), PyTorch's SyncBatchNorm):
+// in training under a strategy with several replicas in sync, the batch statistics are
+// those of the global batch — every replica's sum and sum of squares per feature, and its
+// example count, all-reduced in forward (one collective per layer) — and the gradients
+// flow back through that all-reduce (one more in backward). Every replica then normalises
+// with the same mean and variance and moves its moving statistics alike. For per-replica
+// batches too small for good statistics (detection, segmentation). Elsewhere (one
+// replica, inference) it is the plain layer. Under synchronized a replica may get an
+// empty part of the batch (its sums are zeros).
 #pragma once
 
 #include <cstdint>
@@ -21,6 +31,7 @@ struct BatchNormalizationOptions {
   double epsilon = 1e-3;
   bool center = true;  // learn beta
   bool scale = true;   // learn gamma
+  bool synchronized = false;  // the global batch's statistics under a strategy (above)
   // The layer's dtype policy (a mixed_precision::Policy, its name or a DType); by default
   // the global policy when the layer is constructed.
   std::optional<mixed_precision::Policy> dtype{};

@@ -9,7 +9,8 @@
 //                           K (--stall-worker W: sleeps instead, heartbeating; --stop-worker W:
 //                           stops itself with SIGSTOP, so its heartbeat stops too;
 //                           --stall-timeout S: the stall bound); the survivors print the
-//                           error they got (and the peer a PeerFailure blames) and exit 1
+//                           error they got (and the peer a PeerFailure blames) and exit 1;
+//                           --sync-batch-norm adds a synchronized BatchNormalization
 //   shard --policy P        prints which example ids each local replica gets at each step
 //                           of one epoch of range(--examples) (or of --files, int64
 //                           records) batched by --global-batch (--shuffle-buffer N
@@ -148,7 +149,7 @@ int run_collectives(double timeout) {
 
 int run_train(const std::string& out, int epochs, bool seed_per_worker, int die_worker, int die_at_step,
               int stall_worker, int stop_worker, double timeout, double stall_timeout, bool no_overlap,
-              int64_t bytes_per_pack) {
+              int64_t bytes_per_pack, bool sync_batch_norm) {
   CommunicationOptions o;
   o.timeout_seconds = timeout;
   o.stall_timeout_seconds = stall_timeout;
@@ -176,7 +177,7 @@ int run_train(const std::string& out, int epochs, bool seed_per_worker, int die_
         std::cout << "worker " << w << ": stopping itself (SIGSTOP) after step " << step << std::endl;
         ::raise(SIGSTOP);
       }
-    });
+    }, sync_batch_norm);
     std::ofstream f(out + "." + std::to_string(w));
     f.precision(9);
     for (const Tensor& t : weights)
@@ -256,7 +257,7 @@ int main(int argc, char** argv) {
   double timeout = 60, stall_timeout = 60;
   std::string out;
   int epochs = 2, die_worker = -1, die_at_step = -1, stall_worker = -1, stop_worker = -1;
-  bool seed_per_worker = false, no_overlap = false;
+  bool seed_per_worker = false, no_overlap = false, sync_batch_norm = false;
   int64_t bytes_per_pack = 0;
   ShardOptions so;
   auto* coll = app.add_subcommand("collectives", "check every collective");
@@ -273,6 +274,7 @@ int main(int argc, char** argv) {
   train->add_option("--stall-timeout", stall_timeout);
   // Gradients reduced after backward, in apply_gradients (the equivalence test's baseline).
   train->add_flag("--no-overlap", no_overlap);
+  train->add_flag("--sync-batch-norm", sync_batch_norm);
   train->add_option("--bytes-per-pack", bytes_per_pack);
   auto* shard = app.add_subcommand("shard", "print each replica's example ids");
   shard->add_option("--policy", so.policy);
@@ -289,7 +291,7 @@ int main(int argc, char** argv) {
   try {
     if (*coll) return run_collectives(timeout);
     if (*train) return run_train(out, epochs, seed_per_worker, die_worker, die_at_step, stall_worker, stop_worker,
-                                   timeout, stall_timeout, no_overlap, bytes_per_pack);
+                                   timeout, stall_timeout, no_overlap, bytes_per_pack, sync_batch_norm);
     return run_shard(so);
   } catch (const std::exception& e) {
     std::cout << "error: " << e.what() << std::endl;
