@@ -59,10 +59,6 @@ std::vector<float> saved_weight(const std::string& prefix) {
   return load_tensors(prefix).tensors.at("w").to_vector<float>();
 }
 
-}  // namespace async_ckpt_test
-
-using namespace async_ckpt_test;
-
 TEST_CASE("CheckpointManager: an asynchronous save returns before its files are written and keeps its step's values",
           "[train][checkpoint]") {
   TempDir dir("async_ckpt");
@@ -180,3 +176,5 @@ TEST_CASE("Controller: enable_async_checkpointing writes bitwise the checkpoints
     CHECK(first_difference(tensors, written[1].at(step)).empty());
   }
 }
+
+}  // namespace async_ckpt_test

@@ -87,10 +87,6 @@ StepResult step(Strategy& strategy, const Tensor& x, const Tensor& target, bool 
   return out;
 }
 
-}  // namespace sync_bn_test
-
-using namespace sync_bn_test;
-
 TEST_CASE("BatchNormalization(synchronized): the replicas compute what one layer computes on the global batch",
           "[train][distribute]") {
   struct Case {
@@ -172,3 +168,5 @@ TEST_CASE("BatchNormalization(synchronized): Mirrored training ends where traini
     for (size_t i = 0; i < whole.size(); ++i) REQUIRE_ALLCLOSE(mirrored[i], whole[i], 1e-9, 1e-9);
   }
 }
+
+}  // namespace sync_bn_test
