@@ -89,6 +89,12 @@ bool text(const std::string& tag, const std::string& text) {
   return true;
 }
 
+bool image(const std::string& tag, const Tensor& images, int64_t max_outputs) {
+  if (!should_record()) return false;
+  t_summary.writer->image(tag, images, current_step(), max_outputs);
+  return true;
+}
+
 }  // namespace summary
 
 // ---- Controller ----

@@ -176,6 +176,7 @@ int64_t current_step();
 bool scalar(const std::string& tag, double value);
 bool histogram(const std::string& tag, const Tensor& values);
 bool text(const std::string& tag, const std::string& text);
+bool image(const std::string& tag, const Tensor& images, int64_t max_outputs = 3);
 }  // namespace summary
 
 }  // namespace strata::train

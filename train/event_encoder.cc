@@ -25,7 +25,8 @@ constexpr uint32_t kMetadataPluginData = 1, kMetadataDataClass = 4, kPluginName 
 constexpr uint32_t kHistoMin = 1, kHistoMax = 2, kHistoNum = 3, kHistoSum = 4, kHistoSumSquares = 5,
                    kHistoBucketLimit = 6, kHistoBucket = 7;
 constexpr uint32_t kTensorDtype = 1, kTensorShape = 2, kTensorStringVal = 8;
-constexpr uint64_t kDataClassScalar = 1, kDataClassTensor = 2, kDtString = 7;
+constexpr uint32_t kShapeDim = 2, kDimSize = 1;
+constexpr uint64_t kDataClassScalar = 1, kDataClassTensor = 2, kDataClassBlobSequence = 3, kDtString = 7;
 
 class Writer {
  public:
@@ -123,6 +124,19 @@ std::string summary_value(const EventData& e) {
       v.bytes_field(kValueMetadata, metadata("text", kDataClassTensor));
       break;
     }
+    case EventData::Kind::Image: {
+      Writer dim;
+      dim.varint_field(kDimSize, uint64_t(e.blobs.size()));
+      Writer shape;
+      shape.bytes_field(kShapeDim, dim.take());
+      Writer t;
+      t.varint_field(kTensorDtype, kDtString);
+      t.bytes_field(kTensorShape, shape.take());
+      for (const std::string& b : e.blobs) t.bytes_field(kTensorStringVal, b);
+      v.bytes_field(kValueTensor, t.take());
+      v.bytes_field(kValueMetadata, metadata("images", kDataClassBlobSequence));
+      break;
+    }
     case EventData::Kind::FileVersion:
       break;
   }
@@ -184,6 +198,15 @@ std::string encode_event_protobuf(const EventData& e) {
         t->add_string_val(e.text);
         v->mutable_metadata()->mutable_plugin_data()->set_plugin_name("text");
         v->mutable_metadata()->set_data_class(tb::DATA_CLASS_TENSOR);
+        break;
+      }
+      case EventData::Kind::Image: {
+        tb::TensorProto* t = v->mutable_tensor();
+        t->set_dtype(tb::DT_STRING);
+        t->mutable_tensor_shape()->add_dim()->set_size(int64_t(e.blobs.size()));
+        for (const std::string& b : e.blobs) t->add_string_val(b);
+        v->mutable_metadata()->mutable_plugin_data()->set_plugin_name("images");
+        v->mutable_metadata()->set_data_class(tb::DATA_CLASS_BLOB_SEQUENCE);
         break;
       }
       case EventData::Kind::FileVersion:

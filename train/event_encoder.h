@@ -21,7 +21,7 @@ struct HistogramData {
 };
 
 struct EventData {
-  enum class Kind { FileVersion, Scalar, Histogram, Text };
+  enum class Kind { FileVersion, Scalar, Histogram, Text, Image };
   Kind kind = Kind::Scalar;
   double wall_time = 0;
   int64_t step = 0;          // not written for FileVersion
@@ -29,6 +29,10 @@ struct EventData {
   std::string text;          // FileVersion: the version ("brain.Event:2"); Text: the text
   float scalar = 0;          // Scalar: simple_value, plugin "scalars"
   HistogramData histogram;   // Histogram: HistogramProto
+  // Image: TensorFlow 2's image summary, a DT_STRING tensor of shape [2 + k] holding the
+  // width and height as decimal strings, then k PNG images; plugin "images", data class
+  // BLOB_SEQUENCE.
+  std::vector<std::string> blobs;
 };
 
 // The hand-written encoder (proto3 rules: default scalars omitted, oneof members and

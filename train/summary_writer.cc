@@ -21,6 +21,7 @@
 #include <strata/core/error.h>
 #include <strata/train/crc32c.h>
 #include <strata/train/event_encoder.h>
+#include <strata/train/png_encoder.h>
 
 namespace strata::train {
 namespace fs = std::filesystem;
@@ -270,6 +271,42 @@ void SummaryWriter::text(const std::string& tag, const std::string& text, int64_
   ev.tag = tag;
   ev.text = text;
   impl_->add_event(ev, "text");
+}
+
+void SummaryWriter::image(const std::string& tag, const Tensor& images, int64_t step, int64_t max_outputs) {
+  STRATA_CHECK(!tag.empty(), "SummaryWriter::image: empty tag");
+  STRATA_CHECK(images.defined() && images.ndim() == 4, "SummaryWriter::image: '", tag,
+               "': expected images [k, height, width, channels], got ",
+               images.defined() ? shape_str(images.shape()) : std::string("an undefined tensor"));
+  const int64_t k = images.dim(0), height = images.dim(1), width = images.dim(2), channels = images.dim(3);
+  STRATA_CHECK(channels == 1 || channels == 3 || channels == 4, "SummaryWriter::image: '", tag,
+               "': images need 1, 3 or 4 channels (grey, RGB, RGBA), got ", shape_str(images.shape()));
+  STRATA_CHECK(height >= 1 && width >= 1, "SummaryWriter::image: '", tag, "': empty images ",
+               shape_str(images.shape()));
+  STRATA_CHECK(max_outputs >= 1, "SummaryWriter::image: '", tag, "': max_outputs must be >= 1, got ", max_outputs);
+  STRATA_CHECK(images.dtype() != kBool, "SummaryWriter::image: '", tag, "': bool images are not supported");
+  const int64_t n = std::min(k, max_outputs);
+  const std::vector<double> values = images.slice(0, 0, n).to_vector<double>();
+  const bool floating = is_floating(images.dtype());
+  const size_t pixels = size_t(height * width * channels);
+  std::vector<uint8_t> bytes(pixels);
+  EventData ev;
+  ev.kind = EventData::Kind::Image;
+  ev.wall_time = now_seconds();
+  ev.step = step;
+  ev.tag = tag;
+  ev.blobs = {std::to_string(width), std::to_string(height)};
+  for (int64_t i = 0; i < n; ++i) {
+    for (size_t p = 0; p < pixels; ++p) {
+      double v = values[size_t(i) * pixels + p];
+      STRATA_CHECK(!std::isnan(v), "SummaryWriter::image: '", tag, "': image ", i, " has a NaN value");
+      // tf.image.convert_image_dtype(saturate=True): floats scaled by 255.5 and truncated.
+      if (floating) v = std::floor(v * 255.5);
+      bytes[p] = uint8_t(std::clamp(v, 0.0, 255.0));
+    }
+    ev.blobs.push_back(encode_png(bytes.data(), height, width, int(channels)));
+  }
+  impl_->add_event(ev, "image");
 }
 
 void SummaryWriter::flush() {

@@ -10,8 +10,9 @@ from VALUES (the same list as kInteropValues in interop_files.cc), never read ba
 strata. Prints one line per check; exits 1 when any check fails.
 
 tensorboard: TensorBoard's own readers (event_accumulator, and plugin_event_accumulator,
-  which is what the TensorBoard server reads through) load strata's scalars, histogram and
-  text summary with the right tags, steps, values and plugin names; and the summaries of a
+  which is what the TensorBoard server reads through) load strata's scalars, histogram,
+  text and image summaries with the right tags, steps, values and plugin names (the images'
+  PNGs decoded here); and the summaries of a
   short strata-train run (--model-dir) hold its report's final training loss.
 safetensors: the safetensors library loads strata's tensor checkpoint (every dtype, through
   its own parser and the numpy flavour; bfloat16 through ml_dtypes) and a model
@@ -23,8 +24,10 @@ safetensors: the safetensors library loads strata's tensor checkpoint (every dty
 import argparse
 import json
 import math
+import struct
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 
 import ml_dtypes
@@ -58,6 +61,33 @@ def run(cmd, **kw):
 # ---------------------------------------------------------------- tensorboard
 
 
+def png_pixels(png):
+    """(width, height, channels, pixels) of an 8-bit, non-interlaced PNG with filter 0 rows."""
+    if png[:8] != b"\x89PNG\r\n\x1a\n":
+        return None
+    pos, idat, header = 8, b"", None
+    while pos < len(png):
+        length, kind = struct.unpack(">I4s", png[pos:pos + 8])
+        data = png[pos + 8:pos + 8 + length]
+        if struct.unpack(">I", png[pos + 8 + length:pos + 12 + length])[0] != zlib.crc32(kind + data):
+            return None
+        if kind == b"IHDR":
+            header = struct.unpack(">IIBBBBB", data)
+        elif kind == b"IDAT":
+            idat += data
+        pos += 12 + length
+    width, height, depth, colour = header[:4]
+    channels = {0: 1, 4: 2, 2: 3, 6: 4}[colour]
+    raw = zlib.decompress(idat)
+    row = width * channels
+    pixels = []
+    for y in range(height):
+        if raw[y * (row + 1)] != 0:
+            return None
+        pixels += list(raw[y * (row + 1) + 1:(y + 1) * (row + 1)])
+    return (width, height, channels, pixels)
+
+
 def check_tensorboard(a, work):
     from tensorboard.backend.event_processing import event_accumulator as ea
     from tensorboard.backend.event_processing import plugin_event_accumulator as pea
@@ -75,7 +105,8 @@ def check_tensorboard(a, work):
     tags = acc.Tags()
     check(sorted(tags["scalars"]) == ["accuracy", "train/loss"], "scalar tags", tags["scalars"])
     check(tags["histograms"] == ["weights"], "histogram tags", tags["histograms"])
-    check(tags["tensors"] == ["notes"], "text summary tag (a string tensor)", tags["tensors"])
+    check(sorted(tags["tensors"]) == ["digits", "notes"], "text and image summary tags (string tensors)",
+          tags["tensors"])
     for tag, steps, fn in (("train/loss", range(10), lambda s: 1.0 / (s + 1)),
                            ("accuracy", range(0, 20, 5), lambda s: s / 20.0)):
         got = acc.Scalars(tag)
@@ -106,6 +137,18 @@ def check_tensorboard(a, work):
         check(arr.shape == () and arr.item() == b"strata **interop** check", "text value", arr)
     check(acc.SummaryMetadata("notes").plugin_data.plugin_name == "text", "text plugin name")
 
+    images = acc.Tensors("digits")
+    check([t.step for t in images] == [2], "image step", [t.step for t in images])
+    check(acc.SummaryMetadata("digits").plugin_data.plugin_name == "images", "image plugin name")
+    if images:
+        blobs = tensor_util.make_ndarray(images[0].tensor_proto)
+        check(blobs.shape == (4,) and blobs[0] == b"7" and blobs[1] == b"5", "images: [width, height, 2 PNGs]",
+              blobs[:2])
+        for i, png in enumerate(blobs[2:]):
+            want = [min(255, max(0, math.floor((i * 35 + k) / 80.0 * 255.5))) for k in range(35)]
+            got = png_pixels(png)
+            check(got == (7, 5, 1, want), f"image {i}: a 7x5 grey PNG of the written pixels", got[:3])
+
     # The path TensorBoard's server takes: summaries migrated to tensors, by plugin.
     pacc = pea.EventAccumulator(str(events), size_guidance={pea.TENSORS: 0})
     pacc.Reload()
@@ -113,6 +156,7 @@ def check_tensorboard(a, work):
           pacc.PluginTagToContent("scalars"))
     check(list(pacc.PluginTagToContent("histograms")) == ["weights"], "histograms plugin tags")
     check(list(pacc.PluginTagToContent("text")) == ["notes"], "text plugin tags")
+    check(list(pacc.PluginTagToContent("images")) == ["digits"], "images plugin tags")
     got = [(t.step, float(tensor_util.make_ndarray(t.tensor_proto))) for t in pacc.Tensors("train/loss")]
     check(got == [(s, float(np.float32(1.0 / (s + 1)))) for s in range(10)], "scalars plugin: train/loss", got)
     hist_tensor = tensor_util.make_ndarray(pacc.Tensors("weights")[0].tensor_proto)

@@ -2,7 +2,7 @@
 // writes TensorBoard event files and safetensors checkpoints for the real `tensorboard`
 // and `safetensors` packages to read, and reads safetensors files those packages wrote.
 //
-//   strata_interop_files write DIR   DIR/events/ (scalars, a histogram, a text summary),
+//   strata_interop_files write DIR   DIR/events/ (scalars, a histogram, a text summary, images),
 //                                    DIR/tensors.{safetensors,manifest.json} (save_tensors:
 //                                    every dtype, a transposed view, a scalar, an empty
 //                                    tensor), DIR/model/ckpt-3 (train::Checkpoint of a
@@ -51,6 +51,10 @@ void write_summaries(const fs::path& dir) {
   for (int64_t step = 0; step < 20; step += 5) writer.scalar("accuracy", double(step) / 20.0, step);
   writer.histogram("weights", Tensor::from_vector(interop_values(12), {3, 4}), 3);
   writer.text("notes", "strata **interop** check", 1);
+  // Two 5 x 7 grey images at step 2: pixel (y, x) of image i = (i * 35 + y * 7 + x) / 80.
+  std::vector<float> pixels(2 * 5 * 7);
+  for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = float(i) / 80.0f;
+  writer.image("digits", Tensor::from_vector(pixels, {2, 5, 7, 1}), 2, /*max_outputs=*/2);
   writer.close();
 }
 

@@ -126,7 +126,9 @@ def decode_value(v):
         out["tensor"] = {"dtype": t.dtype,
                          "has_shape": t.HasField("tensor_shape"),
                          "shape": [d.size for d in t.tensor_shape.dim],
-                         "string_val": [s.decode("utf-8") for s in t.string_val]}
+                         # text as text; every entry also in hex (image summaries hold PNG bytes)
+                         "string_val": [s.decode("utf-8", "replace") for s in t.string_val],
+                         "string_val_hex": [s.hex() for s in t.string_val]}
     return out
 
 

@@ -60,6 +60,16 @@ std::vector<EventData> sample_events() {
     t.text = text;
     out.push_back(t);
   }
+  for (size_t k : {size_t(0), size_t(1), size_t(3)}) {
+    EventData image;
+    image.kind = EventData::Kind::Image;
+    image.wall_time = 4.0;
+    image.step = 9;
+    image.tag = "inputs";
+    image.blobs = {"28", "28"};
+    for (size_t i = 0; i < k; ++i) image.blobs.push_back(std::string("\x89PNG\r\n\x1a\n\0\0", 10) + std::string(i * 300, 'p'));
+    out.push_back(image);
+  }
   EventData long_text;
   long_text.kind = EventData::Kind::Text;
   long_text.step = 1;

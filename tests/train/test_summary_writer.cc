@@ -14,6 +14,7 @@
 #include <thread>
 
 #include <nlohmann/json.hpp>
+#include <zlib.h>
 
 #include "tests/test_util.h"
 #include <strata/train/summary_writer.h>
@@ -291,7 +292,13 @@ std::optional<std::vector<DecodedEvent>> decode_file_python(const fs::path& file
         v.tensor_dtype = jv["tensor"]["dtype"];
         v.tensor_has_shape = jv["tensor"]["has_shape"];
         v.tensor_shape = jv["tensor"]["shape"].get<std::vector<int64_t>>();
-        v.string_val = jv["tensor"]["string_val"].get<std::vector<std::string>>();
+        // Byte strings arrive in hex (text also as UTF-8, which string_val keeps for it).
+        for (const std::string& hex : jv["tensor"]["string_val_hex"].get<std::vector<std::string>>()) {
+          std::string bytes;
+          for (size_t i = 0; i + 1 < hex.size(); i += 2) bytes.push_back(char(std::stoi(hex.substr(i, 2), nullptr, 16)));
+          v.string_val.push_back(bytes);
+        }
+        REQUIRE(v.string_val.size() == jv["tensor"]["string_val"].size());
       }
       ev.values.push_back(std::move(v));
     }
@@ -572,4 +579,126 @@ TEST_CASE("summary writer: histogram of an empty tensor and of integer tensors",
   REQUIRE(i.max == 5);
   REQUIRE(i.sum == 5);
   REQUIRE(i.sum_squares == 75);
+}
+
+namespace {
+
+// An independent PNG reader for 8-bit, non-interlaced images with filter type 0 on every
+// row (what the writer makes): checks the signature, every chunk's CRC-32 and the IHDR,
+// inflates IDAT with zlib and returns height x width x channels bytes.
+struct DecodedPng {
+  uint32_t width = 0, height = 0;
+  int channels = 0;
+  std::vector<uint8_t> pixels;
+};
+
+uint32_t be32(const std::string& s, size_t pos) {
+  return (uint32_t(uint8_t(s[pos])) << 24) | (uint32_t(uint8_t(s[pos + 1])) << 16) |
+         (uint32_t(uint8_t(s[pos + 2])) << 8) | uint32_t(uint8_t(s[pos + 3]));
+}
+
+DecodedPng decode_png(const std::string& png) {
+  REQUIRE(png.substr(0, 8) == std::string("\x89PNG\r\n\x1a\n", 8));
+  DecodedPng out;
+  std::string idat;
+  bool ended = false;
+  for (size_t pos = 8; pos < png.size();) {
+    REQUIRE(pos + 12 <= png.size());
+    const uint32_t len = be32(png, pos);
+    REQUIRE(pos + 12 + len <= png.size());
+    const std::string type = png.substr(pos + 4, 4), data = png.substr(pos + 8, len);
+    const std::string typed = png.substr(pos + 4, 4 + len);
+    REQUIRE(be32(png, pos + 8 + len) ==
+            uint32_t(crc32(0, reinterpret_cast<const Bytef*>(typed.data()), uInt(typed.size()))));
+    if (type == "IHDR") {
+      REQUIRE(len == 13);
+      out.width = be32(data, 0);
+      out.height = be32(data, 4);
+      REQUIRE(data[8] == 8);  // bit depth
+      const int colour = data[9];
+      out.channels = colour == 0 ? 1 : colour == 4 ? 2 : colour == 2 ? 3 : colour == 6 ? 4 : 0;
+      REQUIRE(out.channels > 0);
+      REQUIRE(data.substr(10) == std::string(3, '\0'));  // deflate, filter 0, no interlace
+    } else if (type == "IDAT") {
+      idat += data;
+    } else if (type == "IEND") {
+      ended = true;
+    }
+    pos += 12 + len;
+  }
+  REQUIRE(ended);
+  const size_t row = size_t(out.width) * size_t(out.channels);
+  std::vector<uint8_t> raw(size_t(out.height) * (row + 1));
+  uLongf size = uLongf(raw.size());
+  REQUIRE(uncompress(raw.data(), &size, reinterpret_cast<const Bytef*>(idat.data()), uLong(idat.size())) == Z_OK);
+  REQUIRE(size == raw.size());
+  for (uint32_t y = 0; y < out.height; ++y) {
+    REQUIRE(raw[y * (row + 1)] == 0);
+    out.pixels.insert(out.pixels.end(), raw.begin() + long(y * (row + 1) + 1), raw.begin() + long((y + 1) * (row + 1)));
+  }
+  return out;
+}
+
+// The bytes an image value becomes: floor(x * 255.5) clipped (floats), x clipped (ints).
+uint8_t expected_byte(double x, bool floating) {
+  const double v = floating ? std::floor(x * 255.5) : x;
+  return uint8_t(std::min(255.0, std::max(0.0, v)));
+}
+
+void check_images(const std::vector<DecodedEvent>& events, const std::vector<double>& rgb,
+                  const std::vector<double>& grey) {
+  REQUIRE(events.size() == 3);
+  // RGB: 2 images of 3 x 4, max_outputs 1 keeps the first.
+  const DecodedValue& v = events[1].values.at(0);
+  REQUIRE(events[1].step == 4);
+  REQUIRE(v.tag == "inputs");
+  REQUIRE(v.kind == "tensor");
+  REQUIRE(v.plugin == "images");
+  REQUIRE(v.data_class == 3);  // DATA_CLASS_BLOB_SEQUENCE
+  REQUIRE(v.tensor_dtype == 7);  // DT_STRING
+  REQUIRE(v.tensor_shape == std::vector<int64_t>{3});
+  REQUIRE(v.string_val.size() == 3);
+  REQUIRE(v.string_val[0] == "4");  // width, then height
+  REQUIRE(v.string_val[1] == "3");
+  const DecodedPng png = decode_png(v.string_val[2]);
+  REQUIRE(png.width == 4);
+  REQUIRE(png.height == 3);
+  REQUIRE(png.channels == 3);
+  REQUIRE(png.pixels.size() == 36);
+  for (size_t i = 0; i < 36; ++i) REQUIRE(png.pixels[i] == expected_byte(rgb[i], true));
+  // Grey int32 images 2 x 2: both kept.
+  const DecodedValue& g = events[2].values.at(0);
+  REQUIRE(g.tensor_shape == std::vector<int64_t>{4});
+  REQUIRE(g.string_val[0] == "2");
+  for (size_t k = 0; k < 2; ++k) {
+    const DecodedPng p = decode_png(g.string_val[2 + k]);
+    REQUIRE(p.channels == 1);
+    for (size_t i = 0; i < 4; ++i) REQUIRE(p.pixels[i] == expected_byte(grey[k * 4 + i], false));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("summary writer: images as TensorFlow 2 writes them, PNGs read back by an independent decoder",
+          "[train][summary]") {
+  TempDir dir;
+  // Floats in [0, 1] and beyond (clipped), on a non-contiguous view.
+  std::vector<double> rgb(2 * 3 * 4 * 3);
+  for (size_t i = 0; i < rgb.size(); ++i) rgb[i] = double(int(i % 29) - 3) / 20.0;
+  const std::vector<double> grey = {0, 17, 255, 300, -5, 128, 64, 1};
+  fs::path file;
+  {
+    SummaryWriter w(dir.path, 0);
+    file = w.file_path();
+    const Tensor base = Tensor::from_vector(rgb, {2, 3, 4, 3}, kFloat32).permute({0, 2, 1, 3}).contiguous();
+    w.image("inputs", base.permute({0, 2, 1, 3}), 4, /*max_outputs=*/1);
+    w.image("masks", Tensor::from_vector(grey, {2, 2, 2, 1}, kInt32), 5);
+    CHECK_THROWS_WITH(w.image("bad", zeros({3, 4, 3}), 1), Catch::Contains("expected images [k, height, width, channels]"));
+    CHECK_THROWS_WITH(w.image("bad", zeros({1, 3, 4, 2}), 1), Catch::Contains("1, 3 or 4 channels"));
+    CHECK_THROWS_WITH(w.image("bad", full({1, 1, 1, 1}, std::nan("")), 1), Catch::Contains("NaN"));
+    CHECK_THROWS_WITH(w.image("bad", zeros({1, 1, 1, 1}), 1, 0), Catch::Contains("max_outputs"));
+  }
+  std::vector<double> first(rgb.begin(), rgb.begin() + 36);
+  check_images(decode_file_cpp(file), first, grey);
+  if (auto py = decode_file_python(file, dir.path)) check_images(*py, first, grey);
 }
