@@ -2,7 +2,7 @@
 // TFRecord framing (u64le length, masked CRC32C of the length, payload, masked CRC32C of
 // the payload) with both checksums verified, and each payload decoded as an Event of
 // train/event.proto — wall time, step, file version and the summary values SummaryWriter
-// writes (scalars, histograms, text), from strata's files or TensorFlow's. Fields it does
+// writes (scalars, histograms, text, images), from strata's files or TensorFlow's. Fields it does
 // not know are skipped, as protobuf does.
 //
 // Event files come from other processes and other tools: every malformed input (a
@@ -30,7 +30,7 @@ struct SummaryValue {
   std::string plugin_name;                   // metadata.plugin_data.plugin_name ("scalars", ...)
   std::optional<float> simple_value;         // a scalar
   std::optional<SummaryHistogram> histogram; // histo
-  std::vector<std::string> strings;          // tensor.string_val (text summaries)
+  std::vector<std::string> strings;          // tensor.string_val (text; an image's width, height, PNGs)
 };
 
 struct SummaryEvent {

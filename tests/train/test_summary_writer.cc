@@ -17,6 +17,7 @@
 #include <zlib.h>
 
 #include "tests/test_util.h"
+#include <strata/train/event_file_reader.h>
 #include <strata/train/summary_writer.h>
 #include "tests/temp_dir.h"
 
@@ -700,5 +701,10 @@ TEST_CASE("summary writer: images as TensorFlow 2 writes them, PNGs read back by
   }
   std::vector<double> first(rgb.begin(), rgb.begin() + 36);
   check_images(decode_file_cpp(file), first, grey);
+  // strata's own reader (train/event_file_reader.h) gets the same strings.
+  const std::vector<SummaryEvent> read = read_event_file(file);
+  REQUIRE(read.size() == 3);
+  CHECK(read[1].values.at(0).plugin_name == "images");
+  CHECK(read[1].values.at(0).strings == decode_file_cpp(file)[1].values.at(0).string_val);
   if (auto py = decode_file_python(file, dir.path)) check_images(*py, first, grey);
 }
