@@ -208,10 +208,11 @@ void event_seeds(const fs::path& tmp) {
     writer.scalar("loss", 0.25, 1);
     writer.histogram("dense/kernel", Tensor::from_vector<float>({-1, 0, 0.5f, 2, 2}, {5}), 1);
     writer.text("notes", "hello *world*", 2);
+    writer.image("inputs", Tensor::from_vector<float>({0, 0.25f, 0.5f, 1}, {1, 2, 2, 1}), 3);
     file = writer.file_path();
   }
   const std::string bytes = read_all(file);
-  seed("event_file", "scalar-histogram-text.tfevents", bytes);
+  seed("event_file", "scalar-histogram-text-image.tfevents", bytes);
   // The first record alone (file_version), and the scalar record's payload bare (the
   // target also decodes its whole input as one Event).
   uint64_t n = 0;
