@@ -13,6 +13,7 @@
 #include <strata/distribute/loss_scaling.h>
 #include <strata/distribute/make_strategy.h>
 #include <strata/distribute/multi_worker_mirrored_strategy.h>
+#include <strata/distribute/gradient_accumulator.h>
 #include <strata/distribute/no_sync.h>
 #include <strata/distribute/distributed_file_utils.h>
 #include <strata/distribute/strategy.h>

@@ -176,7 +176,8 @@ std::unique_ptr<distribute::Strategy> build_strategy(const Config& c) {
 class Trainer final : public train::StandardTrainer {
  public:
   // accumulation_steps > 1: each replica's batch is cut into that many micro-batches whose
-  // gradients are computed under distribute::no_sync and summed, then applied once (the
+  // gradients are summed with nothing communicated until the last micro-batch, whose
+  // backward reduces the totals (distribute::GradientAccumulator), then applied once (the
   // activations of one micro-batch at a time; the same update up to the order of sums).
   Trainer(distribute::Strategy& s, distribute::DistributedDataset ds, Variable step, nn::Sequential& model,
           optim::Optimizer opt, int64_t global_batch, int64_t accumulation_steps)
@@ -196,32 +197,31 @@ class Trainer final : public train::StandardTrainer {
           // mixed_float16: a LossScaleOptimizer scales the loss and unscales the gradients.
           auto lso = optim::LossScaleOptimizer::of(opt_);
           auto vars = model_.trainable_variables();
-          auto step = [&](const Tensor& x, const Tensor& y) {
-            autograd::GradientTape tape;
+          auto forward = [&](const Tensor& x, const Tensor& y) {
             Tensor logits = model_(x);
             Tensor per_example = losses::sparse_categorical_crossentropy(y, logits, /*from_logits=*/true);
-            Tensor loss = distribute::compute_average_loss(per_example, global_batch_);
-            return std::make_pair(tape.gradient(lso ? lso->get_scaled_loss(loss) : loss, vars), loss);
+            return distribute::compute_average_loss(per_example, global_batch_);
           };
+          auto scaled = [&](const Tensor& loss) { return lso ? lso->get_scaled_loss(loss) : loss; };
           std::vector<Tensor> grads;
           Tensor loss;
           if (accumulation_steps_ == 1) {
-            std::tie(grads, loss) = step(b[0], b[1]);
+            autograd::GradientTape tape;
+            loss = forward(b[0], b[1]);
+            grads = tape.gradient(scaled(loss), vars);
           } else {
-            // Every replica takes the same path (no_sync throughout), even with fewer rows
-            // than micro-batches, or none: then fewer micro-batches, or one empty one.
+            // Every replica adds its last micro-batch once (the one that communicates), even
+            // with fewer rows than micro-batches, or none: then fewer, or one empty one.
             const int64_t rows = b[0].dim(0), pieces = std::max<int64_t>(1, std::min(accumulation_steps_, rows));
+            distribute::GradientAccumulator accumulated(vars);
             for (int64_t k = 0; k < pieces; ++k) {
               const int64_t begin = rows * k / pieces, end = rows * (k + 1) / pieces;
-              auto local = distribute::no_sync();
-              auto [g, l] = step(b[0].slice(0, begin, end), b[1].slice(0, begin, end));
-              if (k == 0) {
-                grads = std::move(g), loss = l;
-                continue;
-              }
-              for (size_t v = 0; v < grads.size(); ++v) grads[v] = grads[v] + g[v];
-              loss = loss + l;
+              autograd::GradientTape tape;
+              const Tensor l = forward(b[0].slice(0, begin, end), b[1].slice(0, begin, end));
+              accumulated.add(tape, scaled(l), /*last=*/k + 1 == pieces);
+              loss = k == 0 ? l : loss + l;
             }
+            grads = accumulated.gradients();
           }
           if (lso) grads = lso->get_unscaled_gradients(grads);
           opt_.apply_gradients(grads, vars);
@@ -318,11 +318,9 @@ int run(const Config& c) {
   STRATA_CHECK(!c.shard_optimizer_state || c.strategy != "parameter_server",
                "--shard-optimizer-state applies to the synchronous strategies (mirrored, multi_worker); with "
                "--strategy parameter_server the parameter servers already hold one copy of the optimizer state");
-  STRATA_CHECK(c.gradient_accumulation_steps == 1 || (c.strategy != "parameter_server" &&
-                                                       !c.aggregate_gradients_in_backward),
-               "--gradient-accumulation-steps applies to the synchronous strategies without "
-               "--aggregate-gradients-in-backward (whose apply_gradients takes every gradient as the replicas' sum "
-               "already)");
+  STRATA_CHECK(c.gradient_accumulation_steps == 1 || c.strategy != "parameter_server",
+               "--gradient-accumulation-steps applies to the synchronous strategies (with --strategy "
+               "parameter_server each step is one closure on one worker)");
   STRATA_CHECK(!c.checkpoint_on_preemption || c.strategy != "parameter_server",
                "--checkpoint-on-preemption applies to the synchronous strategies; with --strategy parameter_server "
                "the chief's checkpoints are the recovery point");
@@ -565,8 +563,9 @@ int main(int argc, char** argv) {
                "replicas, as PyTorch DDP (CommunicationOptions::aggregate_gradients_in_backward); the same results, "
                "with replicas of one process on CPU devices summing each weight gradient from its factors");
   app.add_option("--gradient-accumulation-steps", c.gradient_accumulation_steps,
-                 "cut each replica's batch into N micro-batches whose gradients are summed without communication "
-                 "(distribute::no_sync) and applied once: the same update with one micro-batch's activations at a time")
+                 "cut each replica's batch into N micro-batches whose gradients are summed without communication until "
+                 "the last one's backward reduces the totals (distribute::GradientAccumulator), then applied once: the "
+                 "same update with one micro-batch's activations at a time")
       ->check(kIntegerFlag)->check(CLI::Range(int64_t(1), int64_t(1) << 20));
   app.add_flag("--checkpoint-on-preemption", c.checkpoint_on_preemption,
                "on SIGTERM (a preemption notice), save a checkpoint at the end of the current loop on every worker "

@@ -21,6 +21,7 @@
 #include <strata/data/dataset.h>
 #include <strata/distribute/collective/gloo_communicator.h>
 #include <strata/distribute/distributed_dataset.h>
+#include <strata/distribute/gradient_accumulator.h>
 #include <strata/distribute/gradient_reducer.h>
 #include <strata/distribute/local_replica_context.h>
 #include <strata/distribute/loss_scaling.h>
@@ -556,6 +557,72 @@ TEST_CASE("gradient reducer: no_sync accumulates micro-batches with nothing comm
   CHECK(busy_launched[0] >= 3);  // at least one bucket per micro-batch, all wasted
   CHECK(bitwise_equal(quiet, reference));
   CHECK(bitwise_equal(busy, reference));
+}
+
+TEST_CASE("gradient reducer: GradientAccumulator reduces the totals during the last micro-batch's backward",
+          "[reducer]") {
+  // Three micro-batches per replica; the second layer's bias is not reached by the last one
+  // (its loss reads only the first layer's output there). Nothing is launched before the
+  // last micro-batch, buckets are launched during it, and the weights end bitwise as with
+  // the gradients reduced in apply_gradients (overlap off), also when the tape returns the
+  // replicas' sums (aggregate_gradients_in_backward, where no_sync is refused).
+  enum class Mode { Accumulator, AccumulatorAggregated, OverlapOff };
+  auto run = [](Mode mode) {
+    CommunicationOptions o;
+    o.overlap_gradient_reduction = mode != Mode::OverlapOff;
+    o.aggregate_gradients_in_backward = mode == Mode::AccumulatorAggregated;
+    MirroredStrategy strategy(MirroredStrategy::cpu_devices(2), CrossDeviceOps::Default, o);
+    Variable w1, b1, w2, b2;
+    optim::Optimizer opt;
+    {
+      auto scope = strategy.scope();
+      w1 = make_var("w1", {12, 8}, 1), b1 = make_var("b1", {8}, 2);
+      w2 = make_var("w2", {8, 3}, 3), b2 = make_var("b2", {3}, 4);
+      opt = optim::SGD(0.1);
+    }
+    const std::vector<Variable> vars{w1, b1, w2, b2};
+    std::vector<std::vector<size_t>> launched(2);
+    strategy.run([&] {
+      const int r = get_replica_context()->replica_id_in_sync_group();
+      auto* ctx = dynamic_cast<LocalReplicaContext*>(get_replica_context());
+      std::vector<Tensor> total;
+      GradientAccumulator accumulated(vars);
+      for (int k = 0; k < 3; ++k) {
+        autograd::GradientTape tape;
+        const Tensor x = random::uniform({4 + k, 12}, uint64_t(70 + 10 * r + k), -1.0, 1.0);
+        const Tensor h = relu(matmul(x, w1.read()) + b1.read());
+        const Tensor loss = k < 2 ? sum(square(matmul(h, w2.read()) + b2.read())) : sum(square(matmul(h, w2.read())));
+        if (mode == Mode::OverlapOff) {
+          auto grads = tape.gradient(loss, vars);
+          if (total.empty()) {
+            total = grads;
+          } else {
+            for (size_t v = 0; v < grads.size(); ++v)
+              if (grads[v].defined()) total[v] = total[v] + grads[v];
+          }
+        } else {
+          accumulated.add(tape, loss, k == 2);
+          launched[size_t(r)].push_back(ctx->gradient_hook()->buckets_launched());
+        }
+      }
+      opt.apply_gradients(mode == Mode::OverlapOff ? total : accumulated.gradients(), vars);
+    });
+    std::vector<Tensor> weights;
+    for (const Variable& v : vars) weights.push_back(v.value().clone());
+    return std::make_pair(weights, launched);
+  };
+  const auto [reference, unused] = run(Mode::OverlapOff);
+  for (Mode mode : {Mode::Accumulator, Mode::AccumulatorAggregated}) {
+    INFO("aggregated " << (mode == Mode::AccumulatorAggregated));
+    const auto [weights, launched] = run(mode);
+    for (const auto& per_micro_batch : launched) {
+      REQUIRE(per_micro_batch.size() == 3);
+      CHECK(per_micro_batch[0] == 0);
+      CHECK(per_micro_batch[1] == 0);
+      CHECK(per_micro_batch[2] >= 1);
+    }
+    CHECK(bitwise_equal(weights, reference));
+  }
 }
 
 TEST_CASE("gradient reducer: no_sync is refused when gradients are summed in backward", "[reducer]") {
