@@ -238,11 +238,35 @@ void LocalReplicaContext::end_step(bool failed) {
 }
 
 Tensor LocalReplicaContext::all_gather(const Tensor& value, int64_t axis) {
+  const int64_t a = normalize_axis(axis, value.ndim(), "all_gather");
+  if (!autograd::is_recording() || !is_floating(value.dtype())) return gather_values(value, a);
+  // Differentiable, as TensorFlow's: this replica's slice of the gathered result reaches
+  // every replica's result, so its gradient is its slice of the sum of every replica's
+  // gradient (an all-reduce in backward). Where the slice starts needs every replica's
+  // extent along the axis, gathered first (they may differ).
+  const Tensor extents = gather_values(full({1}, double(value.dim(a)), kInt64, Device()), 0);
+  const std::vector<int64_t> sizes = extents.to_vector<int64_t>();
+  int64_t start = 0;
+  for (int r = 0; r < replica_id_in_sync_group(); ++r) start += sizes[size_t(r)];
+  const int64_t length = value.dim(a);
+  const Tensor gathered = gather_values(value, a);
+  return autograd::custom_gradient({value}, [gathered, a, start, length](const std::vector<Tensor>&) {
+    autograd::CustomVjp vjp = [a, start, length](const Tensor& grad) {
+      ReplicaContext* ctx = get_replica_context();
+      STRATA_CHECK(ctx != nullptr && ctx->num_replicas_in_sync() > 1,
+                   "ReplicaContext::all_gather: its gradient is an all-reduce across the replicas, so compute it "
+                   "inside the Strategy::run that made it (here there is no replica context)");
+      return std::vector<Tensor>{ctx->all_reduce(ReduceOp::Sum, grad).slice(a, start, start + length)};
+    };
+    return autograd::CustomResult{gathered, std::move(vjp)};
+  });
+}
+
+Tensor LocalReplicaContext::gather_values(const Tensor& value, int64_t a) {
+  autograd::StopRecording no_tape;
   drain_gradients();
   Communicator* workers = strategy_.worker_communicator();
-  if (!workers) return comm_.all_gather_concat(value, axis);
-  autograd::StopRecording no_tape;
-  const int64_t a = normalize_axis(axis, value.ndim(), "all_gather");
+  if (!workers) return comm_.all_gather_concat(value, a);
   const std::string what = "all_gather(axis " + std::to_string(a) + ", " + dtype_name(value.dtype()) + ", rank " +
                            std::to_string(value.ndim()) + ")";
   Tensor all = comm_.merge(what, value, [&](const std::vector<Tensor>& parts) {

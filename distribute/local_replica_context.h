@@ -58,6 +58,8 @@ class LocalReplicaContext final : public ReplicaContext {
   // Sums `buffer` in place over every replica of every worker: through the local group,
   // then (several workers) across workers from the first local replica.
   void reduce_buffer(InProcessCommunicator& comm, const Tensor& buffer, ReduceOp op, const std::string& what);
+  // Every replica's value concatenated along axis `a` (normalised), untaped.
+  Tensor gather_values(const Tensor& value, int64_t a);
   // The communicator that sums this replica's gradient buckets alone, in its GPU's memory
   // and on its streams (NCCL): this GPU's rank of the local NCCL group (NcclAllReduce over
   // distinct GPUs), or the worker communicator when it is this GPU's and the worker runs

@@ -51,6 +51,8 @@ class ReplicaContext {
   // never write into them (as TensorFlow's tensors, they are values).
   virtual std::vector<Tensor> sum_gradients(const std::vector<Tensor>& grads) { return all_reduce(ReduceOp::Sum, grads); }
   // Concatenates every replica's value along `axis` (extents along axis may differ).
+  // Differentiable for floating values, as in TensorFlow: a replica's gradient is its
+  // slice of the all-reduced gradient of the result (computed in backward).
   virtual Tensor all_gather(const Tensor& value, int64_t axis) = 0;
   // tf's merge_call: runs fn once, in cross-replica context, with every replica's value
   // (index = replica id); every replica receives fn's result. All replicas must call it.

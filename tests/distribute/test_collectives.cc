@@ -1,7 +1,8 @@
 // The in-process collectives behind MirroredStrategy: the cross-device ops agree bitwise
 // (cross_device_ops_test.py's reduce/all-reduce assertions), and every failure — a
 // replica throwing, collectives issued in different orders, a replica that never
-// arrives — is reported, never a hang; a replica-context all-reduce is differentiable.
+// arrives — is reported, never a hang; replica-context all-reduce and all-gather are
+// differentiable.
 #include <atomic>
 #include <cmath>
 #include <chrono>
@@ -144,6 +145,28 @@ TEST_CASE("ReplicaContext::all_reduce: Sum and Mean are differentiable through a
     });
     const double total = op == ReduceOp::Sum ? 111.0 : op == ReduceOp::Mean ? 37.0 : 0.0;
     for (int r = 0; r < 3; ++r) REQUIRE_ALLCLOSE(grads[size_t(r)], full({2}, (r + 1) * total, kFloat64));
+  }
+}
+
+TEST_CASE("ReplicaContext::all_gather is differentiable: each replica gets its slice of the summed gradient") {
+  // Replica r gathers c_r x_r (r + 1 elements, c_r = r + 1) into y (6 elements); loss_r =
+  // sum(w_r y) with w_r[j] = 10^r (j + 1). So d(loss_r)/d(x_r)[i] = c_r * 111 (o_r + i + 1),
+  // o_r = r (r + 1) / 2 being where r's slice starts.
+  MirroredStrategy strategy(MirroredStrategy::cpu_devices(3));
+  auto grads = strategy.run([] {
+    ReplicaContext* ctx = get_replica_context();
+    const int r = ctx->replica_id_in_sync_group();
+    const Tensor x = full({r + 1}, 1.0, kFloat64);
+    autograd::GradientTape tape;
+    tape.watch(x);
+    const Tensor y = ctx->all_gather(x * double(r + 1), 0);
+    const Tensor w = arange(1, 7, 1, kFloat64) * std::pow(10.0, r);
+    return tape.gradient(sum(y * w), x);
+  });
+  for (int r = 0; r < 3; ++r) {
+    std::vector<double> want;
+    for (int i = 0; i <= r; ++i) want.push_back((r + 1) * 111.0 * (r * (r + 1) / 2 + i + 1));
+    REQUIRE_ALLCLOSE(grads[size_t(r)], Tensor::from_vector(want, {r + 1}, kFloat64));
   }
 }
 
