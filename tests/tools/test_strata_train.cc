@@ -9,7 +9,7 @@
 #include <sys/wait.h>
 
 #include "tests/tools/strata_train_runner.h"
-#include <strata/train/checkpoint_file.h>
+#include "tests/train/checkpoint_compare.h"
 
 namespace {
 
@@ -120,12 +120,8 @@ TEST_CASE("strata-train --async-checkpoint: the checkpoints of a synchronous run
   // The interval is 5 loops: saves at steps 5, 30, 55 and 60 (completion); 3 kept.
   for (const char* name : {"ckpt-30", "ckpt-55", "ckpt-60"}) {
     INFO(name);
-    const auto a = strata::train::load_tensors(sync_dir / name), b = strata::train::load_tensors(async_dir / name);
-    REQUIRE(a.tensors.size() == b.tensors.size());
-    for (const auto& [path, t] : a.tensors) {
-      INFO(path);
-      CHECK(t.to_vector<double>() == b.tensors.at(path).to_vector<double>());
-    }
+    CHECK(strata::testing::same_tensors(strata::testing::checkpoint_tensors(sync_dir / name),
+                                        strata::testing::checkpoint_tensors(async_dir / name)));
   }
   std::filesystem::remove_all(dir);
 }

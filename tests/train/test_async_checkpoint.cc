@@ -14,6 +14,7 @@
 #include <strata/train/checkpoint.h>
 #include <strata/train/checkpoint_file.h>
 #include "tests/train/controller_test_util.h"
+#include "tests/train/weight_and_step.h"
 
 using namespace strata;
 using namespace strata::train;
@@ -24,22 +25,9 @@ namespace async_ckpt_test {
 
 namespace fs = std::filesystem;
 
-autograd::VariableOptions counter_options() {
-  autograd::VariableOptions o;
-  o.name = "step";
-  o.trainable = false;
-  return o;
-}
-
-// A weight and a step counter, set to `s` by at(s).
-struct Run {
-  Variable w{zeros({1000})};
-  Variable step{Tensor::scalar(0, kInt64), counter_options()};
-  Checkpoint ckpt{{"w", w}, {"step", step}};
-  void at(int64_t s) {
-    step.assign(Tensor::scalar(double(s), kInt64));
-    w.assign(full({1000}, double(s)));
-  }
+// A weight of 1000 floats and a step counter.
+struct Run : strata::testing::WeightAndStep {
+  Run() : WeightAndStep(1000) {}
 };
 
 // Hooks whose renames wait (at most 60 s, then fail the save) until `release` is set, and

@@ -10,6 +10,7 @@
 
 #include <strata/autograd/autograd.h>
 #include "tests/test_util.h"
+#include "tests/train/weight_and_step.h"
 #include <strata/train/adam.h>
 #include <strata/train/checkpoint.h>
 #include <strata/train/checkpoint_file.h>
@@ -39,23 +40,7 @@ struct Dir {
   }
 };
 
-autograd::VariableOptions counter_options() {
-  autograd::VariableOptions o;
-  o.name = "step";
-  o.trainable = false;
-  return o;
-}
-
-// A weight and a step counter, set to `s` by at(s).
-struct Run {
-  Variable w{zeros({3})};
-  Variable step{Tensor::scalar(0, kInt64), counter_options()};
-  Checkpoint ckpt{{"w", w}, {"step", step}};
-  void at(int64_t s) {
-    step.assign(Tensor::scalar(double(s), kInt64));
-    w.assign(full({3}, double(s)));
-  }
-};
+using Run = strata::testing::WeightAndStep;
 
 // Flips bytes in the middle of a checkpoint's data file (its CRC32C then fails).
 void damage(const fs::path& prefix) {
