@@ -133,30 +133,47 @@ TEST_CASE("MultiWorkerMirrored: collectives across 2 and 4 worker processes", "[
   }
 }
 
-TEST_CASE("MultiWorkerMirrored: 2 workers x 1 replica train like Mirrored(2) in one process", "[mwms][multiprocess]") {
-  if (skip_without_gloo()) return;
-  MirroredStrategy mirrored(MirroredStrategy::cpu_devices(2));
-  const std::vector<Tensor> reference = distribute::testing::mwms_train(mirrored, 2, /*init_seed=*/100, [](int) {});
-  std::vector<double> want;
-  for (const Tensor& t : reference)
-    for (double x : t.to_vector<double>()) want.push_back(x);
+namespace {
+// Every element of `weights`, flattened in order (what the helper's train writes).
+std::vector<double> flat(const std::vector<Tensor>& weights) {
+  std::vector<double> out;
+  for (const Tensor& t : weights)
+    for (double x : t.to_vector<double>()) out.push_back(x);
+  return out;
+}
+
+// Runs the helper's train on 2 workers (with `replicas` each, 0: one) and checks that both
+// workers end with weights equal to each other and, within 1e-5 relative to the largest
+// weight, to `want`.
+void check_trains_like(const std::vector<double>& want, int replicas, const std::vector<std::string>& flags) {
   TempDir dir;
   const std::string out = (dir.path / "weights").string();
-  // Each worker seeds its initializers differently: worker 0's values (seed 100) are
-  // broadcast, so the job still starts where Mirrored(2) does.
-  auto r = launch(2, 0, {STRATA_MWMS_HELPER, "train", "--out", out, "--epochs", "2", "--seed-per-worker"}, 120);
+  std::vector<std::string> program{STRATA_MWMS_HELPER, "train", "--out", out, "--epochs", "2"};
+  program.insert(program.end(), flags.begin(), flags.end());
+  auto r = launch(2, replicas, program, 120);
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   const auto w0 = read_numbers(out + ".0"), w1 = read_numbers(out + ".1");
   REQUIRE(w0.size() == want.size());
   CHECK(w0 == w1);  // the workers end equal
-  double diff = 0, scale = 0, moved = 0;
+  double diff = 0, scale = 0;
   for (size_t i = 0; i < want.size(); ++i) {
     diff = std::max(diff, std::abs(w0[i] - want[i]));
     scale = std::max(scale, std::abs(want[i]));
   }
-  INFO("max relative difference to Mirrored(2): " << diff / scale);
+  INFO("max relative difference to the one-process run: " << diff / scale);
   CHECK(diff / scale <= 1e-5);
+}
+}  // namespace
+
+TEST_CASE("MultiWorkerMirrored: 2 workers x 1 replica train like Mirrored(2) in one process", "[mwms][multiprocess]") {
+  if (skip_without_gloo()) return;
+  MirroredStrategy mirrored(MirroredStrategy::cpu_devices(2));
+  const std::vector<double> want = flat(distribute::testing::mwms_train(mirrored, 2, /*init_seed=*/100, [](int) {}));
+  // Each worker seeds its initializers differently: worker 0's values (seed 100) are
+  // broadcast, so the job still starts where Mirrored(2) does.
+  check_trains_like(want, 0, {"--seed-per-worker"});
+  double moved = 0;
   // The weights moved away from the initial values (the comparison is of trained models).
   MirroredStrategy fresh(MirroredStrategy::cpu_devices(2));
   const auto initial = distribute::testing::mwms_train(fresh, 0, 100, [](int) {});
@@ -171,24 +188,8 @@ TEST_CASE("MultiWorkerMirrored: a synchronized BatchNormalization over 2 workers
   // forward, and its gradients in backward while the gradient buckets are in flight.
   if (skip_without_gloo()) return;
   MirroredStrategy mirrored(MirroredStrategy::cpu_devices(4));
-  std::vector<double> want;
-  for (const Tensor& t : distribute::testing::mwms_train(mirrored, 2, 1, [](int) {}, /*sync_batch_norm=*/true))
-    for (double x : t.to_vector<double>()) want.push_back(x);
-  TempDir dir;
-  const std::string out = (dir.path / "weights").string();
-  auto r = launch(2, 2, {STRATA_MWMS_HELPER, "train", "--out", out, "--epochs", "2", "--sync-batch-norm"}, 120);
-  INFO(r.output);
-  REQUIRE(r.exit_code == 0);
-  const auto w0 = read_numbers(out + ".0"), w1 = read_numbers(out + ".1");
-  REQUIRE(w0.size() == want.size());
-  CHECK(w0 == w1);
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    diff = std::max(diff, std::abs(w0[i] - want[i]));
-    scale = std::max(scale, std::abs(want[i]));
-  }
-  INFO("max relative difference to Mirrored(4): " << diff / scale);
-  CHECK(diff / scale <= 1e-5);
+  check_trains_like(flat(distribute::testing::mwms_train(mirrored, 2, 1, [](int) {}, /*sync_batch_norm=*/true)), 2,
+                    {"--sync-batch-norm"});
 }
 
 TEST_CASE("MultiWorkerMirrored: auto-sharding covers the data exactly once per epoch", "[mwms][multiprocess]") {
