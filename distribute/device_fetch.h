@@ -1,4 +1,5 @@
-// Copying input to the replicas' devices (InputOptions::experimental_fetch_to_device).
+// Copying input to the replicas' devices (InputOptions::experimental_fetch_to_device, and
+// Strategy::experimental_distribute_values_from_function's values).
 //
 // On a CPU device `place_on` is a plain copy. On a device with asynchronous streams (CUDA)
 // a host tensor is uploaded the way PyTorch's DataLoader does with pin_memory and

@@ -10,6 +10,7 @@
 #include <strata/distribute/collective/peer_failure.h>
 #include <strata/distribute/collective/nccl_communicator.h>
 #include <strata/distribute/cross_worker.h>
+#include <strata/distribute/device_fetch.h>
 #include <strata/distribute/distributed_dataset.h>
 #include <strata/distribute/distributed_variable.h>
 #include <strata/distribute/local_replica_context.h>
@@ -368,7 +369,9 @@ PerReplica<Tensor> Strategy::experimental_distribute_values_from_function(
     Tensor v = fn(ValueContext{worker_index_ * num_local_replicas() + r, num_replicas_in_sync()});
     STRATA_CHECK(v.defined(), "experimental_distribute_values_from_function: the function returned an undefined "
                  "tensor for replica ", r);
-    values.push_back(v.device() == devices_[size_t(r)] ? v : v.to(devices_[size_t(r)]));
+    // On a GPU an upload from the host goes on the device's input stream, ordered before
+    // the replica's work, as distributed datasets fetch (device_fetch.h).
+    values.push_back(place_on(v, devices_[size_t(r)], /*fetch=*/true));
   }
   return PerReplica<Tensor>(std::move(values));
 }

@@ -119,3 +119,17 @@ TEST_CASE("emulated GPUs: an uploaded input's memory waits for the default strea
   CHECK(place_on(there, cuda(1), true).device() == cuda(1));
   CHECK(cuda_emulation::stream_requests().empty());
 }
+
+TEST_CASE("emulated GPUs: experimental_distribute_values_from_function uploads on the input streams too", "[fetch]") {
+  MirroredStrategy strategy({cuda(0), cuda(1)});
+  cuda_emulation::clear_stream_requests();
+  const PerReplica<Tensor> values = strategy.experimental_distribute_values_from_function(
+      [](const ValueContext& ctx) { return full({3}, double(ctx.replica_id_in_sync_group), kFloat32, Device()); });
+  for (int r = 0; r < 2; ++r) {
+    CHECK(values[size_t(r)].device() == cuda(r));
+    CHECK(values[size_t(r)].to(Device()).to_vector<float>() == std::vector<float>(3, float(r)));
+  }
+  const std::vector<StreamRequest> requests = cuda_emulation::stream_requests();
+  CHECK(count_ordered_uploads(requests, cuda(0)) == 1);
+  CHECK(count_ordered_uploads(requests, cuda(1)) == 1);
+}
