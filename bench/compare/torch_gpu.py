@@ -7,6 +7,8 @@ scripts/gpu_check_report.py can put each strata figure next to PyTorch's:
     (TFLOP/s; --quick: 1024^3);
   - add of 256M float32 (GB/s, 12 bytes per element) and a device-to-device copy of the
     same size (GB/s, 8 bytes per element; --quick: 16M);
+  - host <-> GPU copies (pinned and pageable uploads, pinned downloads), and steps/s of
+    ~5 ms of products with the next batch of a DataLoader (pin_memory, non_blocking);
   - training steps/s of the MLP 784-512-512-10 (batch 128) and the MNIST CNN (batch 64)
     with SGD(lr=0.01) on random data, as bench/compare/torch_workloads.py does on the CPU
     (the CNN in PyTorch's NCHW layout; strata's is NHWC).
@@ -140,6 +142,33 @@ def main():
     record("upload f32 %s pinned" % hsize, "GB/s", host_copy(lambda: torch.rand(hn).pin_memory(), dev))
     record("upload f32 %s pageable" % hsize, "GB/s", host_copy(lambda: torch.rand(hn), dev))
     record("download f32 %s pinned" % hsize, "GB/s", host_copy(lambda: torch.rand(hn, device=dev), "cpu"))
+
+    def input_fetch():
+        # strata-bench gpu's add_input_fetch: ~5 ms of products per step and the next batch
+        # of 64 images 3x128x128, through PyTorch's fast idiom (a DataLoader worker,
+        # pin_memory, non_blocking upload).
+        images = torch.randn(64 * 4, 3, 128, 128)
+        loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(images), batch_size=64,
+                                             num_workers=1, pin_memory=True, persistent_workers=True)
+
+        def batches():
+            while True:
+                for (b,) in loader:
+                    yield b
+
+        it = batches()
+        w = torch.randn(2048, 2048, device=dev)
+
+        def step():
+            for _ in range(16):
+                torch.mm(w, w)
+            next(it).to(dev, non_blocking=True).sum()
+
+        t, spread = timed(step, 3 if a.quick else 40, 1 if a.quick else 5)
+        return 1.0 / t, spread
+
+    record("input fetch b64 3x128x128 behind ~5 ms of products, one_device(%s)" % a.device, "steps/s", input_fetch,
+           "DataLoader(num_workers=1, pin_memory=True), non_blocking")
 
     def train(cnn):
         def run():
