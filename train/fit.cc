@@ -126,9 +126,11 @@ class FitTrainer final : public StandardTrainer {
         variables_(model_.trainable_variables()),
         metrics_(metrics) {}
   int64_t examples_per_step() const override { return examples_; }
+  // The metrics average over the epoch, whose loops (several with checkpoint_every_steps)
+  // each report the running averages: reset when an epoch begins, not per loop.
+  void begin_epoch() { metrics_.reset(); }
 
  protected:
-  void train_loop_begin() override { metrics_.reset(); }
   void train_step(distribute::DistributedIterator& iterator) override {
     const auto batch = next_batch(iterator);
     check_batch(batch, "fit");
@@ -215,6 +217,10 @@ History fit(const nn::AnyModule& model, const LossFn& loss, const optim::Optimiz
   STRATA_CHECK(options.epochs >= 0, "fit: epochs must be >= 0, got ", options.epochs);
   STRATA_CHECK(options.steps_per_epoch >= 0, "fit: steps_per_epoch must be >= 0 (0: one pass over the dataset), got ",
                options.steps_per_epoch);
+  STRATA_CHECK(options.checkpoint_every_steps >= 0, "fit: checkpoint_every_steps must be >= 0 (0: at epoch ends), got ",
+               options.checkpoint_every_steps);
+  STRATA_CHECK(options.checkpoint_every_steps == 0 || !options.model_dir.empty(),
+               "fit: checkpoint_every_steps (", options.checkpoint_every_steps, ") needs a model_dir");
   STRATA_CHECK(options.validation_steps == -1 || options.validation_steps > 0,
                "fit: validation_steps must be > 0, or -1 (the whole validation set), got ", options.validation_steps);
   for (const Callback* cb : options.callbacks) STRATA_CHECK(cb != nullptr, "fit: a callback is null");
@@ -250,7 +256,10 @@ History fit(const nn::AnyModule& model, const LossFn& loss, const optim::Optimiz
   co.trainer = &trainer;
   co.evaluator = evaluator ? &*evaluator : nullptr;
   co.global_step = global_step;
-  co.steps_per_loop = steps_per_epoch;
+  // Loops end at the mid-epoch checkpoints too, where the Controller saves.
+  const int64_t every = options.checkpoint_every_steps;
+  co.steps_per_loop = every > 0 ? std::min(every, steps_per_epoch) : steps_per_epoch;
+  co.enable_async_checkpointing = options.async_checkpoint;
   co.progress.verbosity = options.verbose;
   if (!options.model_dir.empty()) {
     Checkpoint checkpoint{{"model", model},
@@ -258,7 +267,7 @@ History fit(const nn::AnyModule& model, const LossFn& loss, const optim::Optimiz
                           {"global_step", global_step},
                           {"train_input", trainer.input_state()}};
     manager.emplace(checkpoint, fs::path(options.model_dir) / "checkpoints", /*max_to_keep=*/3,
-                    /*checkpoint_interval=*/steps_per_epoch);
+                    /*checkpoint_interval=*/every > 0 ? std::min(every, steps_per_epoch) : steps_per_epoch);
     co.checkpoint_manager = &*manager;
     co.summary_dir = (fs::path(options.model_dir) / "train").string();
     co.eval_summary_dir = (fs::path(options.model_dir) / "validation").string();
@@ -270,6 +279,7 @@ History fit(const nn::AnyModule& model, const LossFn& loss, const optim::Optimiz
   for (Callback* cb : options.callbacks) cb->on_train_begin();
   for (int64_t epoch = controller.global_step() / steps_per_epoch; epoch < options.epochs; ++epoch) {
     for (Callback* cb : options.callbacks) cb->on_epoch_begin(epoch);
+    trainer.begin_epoch();
     controller.progress().message("Epoch " + std::to_string(epoch + 1) + "/" + std::to_string(options.epochs));
     controller.train((epoch + 1) * steps_per_epoch, /*checkpoint_at_completion=*/manager.has_value());
     Outputs logs = without_rate(controller.last_train_outputs());

@@ -22,7 +22,8 @@
 //
 // An epoch is one pass over `dataset` (its cardinality must be known and finite) or
 // `steps_per_epoch` steps over it repeated. With `model_dir`, fit checkpoints the model,
-// optimizer, global step and input position at the end of every epoch and writes
+// optimizer, global step and input position at the end of every epoch (and every
+// checkpoint_every_steps steps) and writes
 // TensorBoard summaries to model_dir/train and model_dir/validation; running fit again
 // with the same model_dir resumes at the saved epoch.
 //
@@ -107,6 +108,14 @@ struct FitOptions {
   // "accuracy" / "sparse_categorical_accuracy": argmax(y_pred) == integer y_true.
   std::vector<std::string> metrics;
   std::string model_dir;                         // "": no checkpoints or summaries
+  // Keras's BackupAndRestore(save_freq=N): with model_dir, a checkpoint every N steps
+  // within an epoch too (0: at epoch ends only). A fit that stopped part-way through an
+  // epoch (preempted, killed) resumes from the last one, its input position included; the
+  // interrupted epoch's logged averages then cover the steps after the resume only.
+  int64_t checkpoint_every_steps = 0;
+  // Checkpoints written on a background thread while training goes on
+  // (ControllerOptions::enable_async_checkpointing); fit returns with them written.
+  bool async_checkpoint = false;
   Verbosity verbose = Verbosity::Normal;
   distribute::Strategy* strategy = nullptr;      // default: the current strategy
 };

@@ -1,5 +1,6 @@
 // fit / evaluate / predict: the same weights and logs under Default and Mirrored(2) (and
-// CentralStorage(2)), validation logs, callbacks, resuming from model_dir, and the
+// CentralStorage(2)), validation logs, callbacks, resuming from model_dir (also part-way
+// through an epoch, from checkpoint_every_steps' checkpoints), and the
 // misuses (a model of another strategy, plain variables under a multi-replica strategy,
 // unknown metrics, a dataset without a length, a loss that is not per-example).
 #include "tests/train/controller_test_util.h"
@@ -125,6 +126,57 @@ TEST_CASE("fit: model_dir checkpoints every epoch and a second fit resumes") {
   REQUIRE(fs::exists(dir.path / "checkpoints" / "ckpt-24.manifest.json"));
 }
 
+TEST_CASE("fit: checkpoint_every_steps resumes part-way through an epoch exactly (BackupAndRestore)") {
+  // 2 epochs of 8 steps, a checkpoint every 3 steps: saves at 3, 6, 8 (epoch end), 11, 14
+  // and 16. The interrupted fit's input fails at step 14's batch (a stand-in for a
+  // preemption); the second fit resumes from ckpt-11, part-way through epoch 1, and must
+  // end bitwise where an uninterrupted fit ends, asynchronous saves or not.
+  auto run = [](const std::string& model_dir, bool async, std::shared_ptr<std::atomic<int>> fail_at) {
+    auto def = make("default");
+    auto scope = def->scope();
+    nn::Sequential model = make_model();
+    optim::Optimizer opt = optim::Adam(1e-2);
+    Data d = make_data();
+    data::Dataset train = d.train;
+    if (fail_at) {
+      auto seen = std::make_shared<std::atomic<int>>(0);
+      train = train.map([fail_at, seen](const data::Element& e) {
+        if (++*seen == *fail_at) throw Error("input lost (test)");
+        return e;
+      });
+    } else {
+      train = train.map([](const data::Element& e) { return e; });  // the same pipeline shape
+    }
+    train::FitOptions o;
+    o.epochs = 2;
+    o.model_dir = model_dir;
+    o.checkpoint_every_steps = 3;
+    o.async_checkpoint = async;
+    o.verbose = train::Verbosity::Quiet;
+    train::History h = train::fit(model, sparse_ce(), opt, train, o);
+    std::vector<std::vector<double>> weights;
+    for (const Variable& v : model.variables()) weights.push_back(v.value().to_vector<double>());
+    return std::make_pair(h, weights);
+  };
+  TempDir straight_dir("fit_every_straight");
+  const auto [straight, want] = run(straight_dir.path.string(), false, nullptr);
+  REQUIRE(straight.epochs == std::vector<int64_t>{0, 1});
+  for (bool async : {false, true}) {
+    INFO("async " << async);
+    TempDir dir("fit_every");
+    // The 14th batch read is step 14's (a read-ahead fails when the step asks for it), so
+    // the loop of steps 12-14 fails and the last checkpoint is ckpt-11.
+    REQUIRE_THROWS_WITH(run(dir.path.string(), async, std::make_shared<std::atomic<int>>(14)),
+                        Catch::Contains("input lost (test)"));
+    REQUIRE(fs::exists(dir.path / "checkpoints" / "ckpt-11.manifest.json"));
+    REQUIRE_FALSE(fs::exists(dir.path / "checkpoints" / "ckpt-14.manifest.json"));
+    const auto [resumed, weights] = run(dir.path.string(), async, nullptr);
+    CHECK(resumed.epochs == std::vector<int64_t>{1});
+    CHECK(weights == want);
+    CHECK(fs::exists(dir.path / "checkpoints" / "ckpt-16.manifest.json"));
+  }
+}
+
 TEST_CASE("fit: callbacks see every epoch and can stop training") {
   auto def = make("default");
   auto scope = def->scope();
@@ -200,6 +252,10 @@ TEST_CASE("fit: misuse raises errors naming the problem") {
   with_strategy.strategy = mirrored.get();
   with_strategy.steps_per_epoch = 2;
   REQUIRE(train::fit(mirrored_model, sparse_ce(), mirrored_opt, d.train, with_strategy).epochs.size() == 1);
+  train::FitOptions every = with_strategy;
+  every.checkpoint_every_steps = 2;  // without a model_dir to write them to
+  REQUIRE_THROWS_WITH(train::fit(mirrored_model, sparse_ce(), mirrored_opt, d.train, every),
+                      Catch::Contains("checkpoint_every_steps (2) needs a model_dir"));
 
   nn::Sequential plain = make_model();
   {
