@@ -108,6 +108,16 @@ TEST_CASE("BatchNormalization(synchronized): the replicas compute what one layer
     REQUIRE_ALLCLOSE(synced.moving_mean, whole.moving_mean, 1e-9, 1e-9);
     REQUIRE_ALLCLOSE(synced.moving_variance, whole.moving_variance, 1e-9, 1e-9);
   }
+  // An empty global batch (every part empty) normalises nothing and leaves the moving
+  // statistics as they were (a plain layer refuses an empty batch).
+  {
+    MirroredStrategy mirrored(MirroredStrategy::cpu_devices(2));
+    const StepResult empty = step(mirrored, random_batch(0, 5), random_batch(0, 6), true);
+    REQUIRE(empty.y.shape() == Shape{0, kFeatures});
+    REQUIRE(empty.moving_mean.to_vector<double>() == std::vector<double>(kFeatures, 0.0));
+    REQUIRE(empty.moving_variance.to_vector<double>() == std::vector<double>(kFeatures, 1.0));
+    REQUIRE(empty.dgamma.to_vector<double>() == std::vector<double>(kFeatures, 0.0));
+  }
   // Without synchronized, each replica normalises its part with its own statistics.
   const Tensor x = random_batch(8, 5), target = random_batch(8, 6);
   MirroredStrategy mirrored(MirroredStrategy::cpu_devices(2));

@@ -65,6 +65,9 @@ Tensor BatchNormalizationImpl::forward(const Tensor& input) {
   Tensor mean_b, var_b;
   if (training()) {
     distribute::ReplicaContext* replica = options_.synchronized ? distribute::get_replica_context() : nullptr;
+    // Synchronized: whether the global batch had rows (1) or not (0), as a device tensor
+    // (reading the count on the host would stop a GPU every step).
+    Tensor has_rows;
     if (replica != nullptr && replica->num_replicas_in_sync() > 1) {
       // The global batch's statistics, as Keras computes them: sums and the example count
       // all-reduced (differentiable), then E[x^2] - E[x]^2 (clamped at 0 against rounding).
@@ -73,10 +76,14 @@ Tensor BatchNormalizationImpl::forward(const Tensor& input) {
                                    sum(square(x), reduce_axes).reshape({num_features_}), count},
                                   0);
       const Tensor global = replica->all_reduce(distribute::ReduceOp::Sum, local);
-      const Tensor n = global.slice(0, 2 * num_features_, 2 * num_features_ + 1);
+      const Tensor zero = zeros({}, x.dtype(), x.device());
+      has_rows = greater(global.slice(0, 2 * num_features_, 2 * num_features_ + 1), zero);
+      // An empty global batch normalises nothing; its statistics are 0 instead of 0 / 0,
+      // and the moving statistics stay (below).
+      const Tensor n = maximum(global.slice(0, 2 * num_features_, 2 * num_features_ + 1), ones({}, x.dtype(), x.device()));
       mean_b = div(global.slice(0, 0, num_features_), n).reshape(stat_shape);
       const Tensor mean_square = div(global.slice(0, num_features_, 2 * num_features_), n).reshape(stat_shape);
-      var_b = maximum(sub(mean_square, square(mean_b)), zeros({}, x.dtype(), x.device()));
+      var_b = maximum(sub(mean_square, square(mean_b)), zero);
     } else {
       STRATA_CHECK(x.numel() > 0, "nn::BatchNormalization: empty batch in training mode");
       mean_b = mean(x, reduce_axes, /*keepdims=*/true);
@@ -88,7 +95,9 @@ Tensor BatchNormalizationImpl::forward(const Tensor& input) {
       // In place on this replica's component (sync-on-read: each replica keeps its own).
       Tensor moving = var.value();
       const Tensor m = as_x(moving);
-      moving.copy_(sub(m, sub(m, batch.reshape({num_features_})) * decay));
+      Tensor moved = sub(m, sub(m, batch.reshape({num_features_})) * decay);
+      if (has_rows.defined()) moved = where(has_rows, moved, m);
+      moving.copy_(moved);
     }
   } else {
     mean_b = as_x(moving_mean_.value()).reshape(stat_shape);

@@ -15,7 +15,8 @@
 // with the same mean and variance and moves its moving statistics alike. For per-replica
 // batches too small for good statistics (detection, segmentation). Elsewhere (one
 // replica, inference) it is the plain layer. Under synchronized a replica may get an
-// empty part of the batch (its sums are zeros).
+// empty part of the batch (its sums are zeros); a global batch with no rows at all
+// normalises nothing and leaves the moving statistics as they were.
 #pragma once
 
 #include <cstdint>
