@@ -93,6 +93,18 @@ void LocalReplicaContext::reduce_buffer(InProcessCommunicator& comm, const Tenso
   }
 }
 
+namespace {
+// The replica context a collective's gradient runs its all-reduce in: the one backward
+// runs in, which must be the Strategy::run that made the collective.
+ReplicaContext& replica_for_gradient(const char* collective) {
+  ReplicaContext* ctx = get_replica_context();
+  STRATA_CHECK(ctx != nullptr && ctx->num_replicas_in_sync() > 1, "ReplicaContext::", collective,
+               ": its gradient is an all-reduce across the replicas, so compute it inside the Strategy::run that "
+               "made it (here there is no replica context)");
+  return *ctx;
+}
+}  // namespace
+
 std::vector<Tensor> LocalReplicaContext::all_reduce(ReduceOp op, const std::vector<Tensor>& values) {
   if (comm_.size() == 1 && !strategy_.worker_communicator()) return values;
   std::vector<Tensor> out;
@@ -118,11 +130,7 @@ std::vector<Tensor> LocalReplicaContext::all_reduce(ReduceOp op, const std::vect
       const Tensor reduced = out[i];
       out[i] = autograd::custom_gradient({values[i]}, [reduced, op](const std::vector<Tensor>&) {
         autograd::CustomVjp vjp = [op](const Tensor& grad) {
-          ReplicaContext* ctx = get_replica_context();
-          STRATA_CHECK(ctx != nullptr && ctx->num_replicas_in_sync() > 1,
-                       "ReplicaContext::all_reduce: its gradient is an all-reduce across the replicas, so compute "
-                       "it inside the Strategy::run that made it (here there is no replica context)");
-          return std::vector<Tensor>{ctx->all_reduce(op, grad)};
+          return std::vector<Tensor>{replica_for_gradient("all_reduce").all_reduce(op, grad)};
         };
         return autograd::CustomResult{reduced, std::move(vjp)};
       });
@@ -252,11 +260,8 @@ Tensor LocalReplicaContext::all_gather(const Tensor& value, int64_t axis) {
   const Tensor gathered = gather_values(value, a);
   return autograd::custom_gradient({value}, [gathered, a, start, length](const std::vector<Tensor>&) {
     autograd::CustomVjp vjp = [a, start, length](const Tensor& grad) {
-      ReplicaContext* ctx = get_replica_context();
-      STRATA_CHECK(ctx != nullptr && ctx->num_replicas_in_sync() > 1,
-                   "ReplicaContext::all_gather: its gradient is an all-reduce across the replicas, so compute it "
-                   "inside the Strategy::run that made it (here there is no replica context)");
-      return std::vector<Tensor>{ctx->all_reduce(ReduceOp::Sum, grad).slice(a, start, start + length)};
+      return std::vector<Tensor>{
+          replica_for_gradient("all_gather").all_reduce(ReduceOp::Sum, grad).slice(a, start, start + length)};
     };
     return autograd::CustomResult{gathered, std::move(vjp)};
   });

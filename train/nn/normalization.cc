@@ -77,10 +77,11 @@ Tensor BatchNormalizationImpl::forward(const Tensor& input) {
                                   0);
       const Tensor global = replica->all_reduce(distribute::ReduceOp::Sum, local);
       const Tensor zero = zeros({}, x.dtype(), x.device());
-      has_rows = greater(global.slice(0, 2 * num_features_, 2 * num_features_ + 1), zero);
+      const Tensor examples = global.slice(0, 2 * num_features_, 2 * num_features_ + 1);
+      has_rows = greater(examples, zero);
       // An empty global batch normalises nothing; its statistics are 0 instead of 0 / 0,
       // and the moving statistics stay (below).
-      const Tensor n = maximum(global.slice(0, 2 * num_features_, 2 * num_features_ + 1), ones({}, x.dtype(), x.device()));
+      const Tensor n = maximum(examples, ones({}, x.dtype(), x.device()));
       mean_b = div(global.slice(0, 0, num_features_), n).reshape(stat_shape);
       const Tensor mean_square = div(global.slice(0, num_features_, 2 * num_features_), n).reshape(stat_shape);
       var_b = maximum(sub(mean_square, square(mean_b)), zero);
