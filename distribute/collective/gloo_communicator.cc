@@ -26,6 +26,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <mutex>
 #include <iostream>
@@ -311,33 +312,48 @@ std::string pair_proof_message(const std::string& nonce, const std::string& grou
 // Every rank sends each peer its proof of the job secret over their pair and checks the
 // peer's (see make_gloo_communicator): throws std::runtime_error, failing the attempt,
 // when a peer's proof is wrong or does not come within `seconds`.
+//
+// Each peer's proof travels in buffers of its own, and every send and receive is waited
+// for, failed or not, before any buffer is freed: Gloo's I/O thread may still complete an
+// operation on a buffer whose wait has given up (one pair's failure fails a buffer shared
+// by every pair at once, while the other pairs' proofs are still arriving), and the
+// buffer's destructor orders itself after that late completion only through a reference
+// count ThreadSanitizer cannot see in Debian's uninstrumented libgloo.
 void prove_pairs(gloo::Context& context, const JobSecret& secret, const std::string& nonce, const std::string& group,
                  const std::string& member, double seconds) {
   const int rank = context.rank, size = context.size;
   constexpr size_t kProof = std::tuple_size_v<Digest>;
   std::vector<uint8_t> sent(kProof * size_t(size)), received(kProof * size_t(size));
+  const uint64_t slot = gloo::Slot::build(kPairProofSlotPrefix, 0);
+  const auto peers = size_t(size);
+  std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> inbound(peers), outbound(peers);
   for (int p = 0; p < size; ++p) {
     if (p == rank) continue;
     const Digest proof = secret.mac(pair_proof_message(nonce, group, rank, p));
     std::memcpy(sent.data() + kProof * size_t(p), proof.data(), kProof);
+    inbound[size_t(p)] = context.createUnboundBuffer(received.data() + kProof * size_t(p), kProof);
+    outbound[size_t(p)] = context.createUnboundBuffer(sent.data() + kProof * size_t(p), kProof);
   }
-  const uint64_t slot = gloo::Slot::build(kPairProofSlotPrefix, 0);
-  auto out = context.createUnboundBuffer(sent.data(), sent.size());
-  auto in = context.createUnboundBuffer(received.data(), received.size());
   for (int p = 0; p < size; ++p)
-    if (p != rank) in->recv(p, slot, kProof * size_t(p), kProof);
+    if (p != rank) inbound[size_t(p)]->recv(p, slot);
   for (int p = 0; p < size; ++p)
-    if (p != rank) out->send(p, slot, kProof * size_t(p), kProof);
+    if (p != rank) outbound[size_t(p)]->send(p, slot);
   const auto deadline = std::chrono::steady_clock::now() + to_millis(seconds);
-  try {
-    for (int p = 0; p < size; ++p) {
-      if (p == rank) continue;
-      if (!in->waitRecv(time_left(deadline))) throw std::runtime_error("the receive was aborted");
-      if (!out->waitSend(time_left(deadline))) throw std::runtime_error("the send was aborted");
+  std::string first_error;
+  const auto settle = [&](const std::function<bool()>& wait, const char* what) {
+    try {
+      if (!wait() && first_error.empty()) first_error = strata::detail::concat("the ", what, " was aborted");
+    } catch (const std::exception& e) {
+      if (first_error.empty()) first_error = e.what();
     }
-  } catch (const std::exception& e) {
-    throw std::runtime_error(strata::detail::concat("proving the job secret over the pairs: ", e.what()));
+  };
+  for (int p = 0; p < size; ++p) {
+    if (p == rank) continue;
+    settle([&] { return inbound[size_t(p)]->waitRecv(time_left(deadline)); }, "receive");
+    settle([&] { return outbound[size_t(p)]->waitSend(time_left(deadline)); }, "send");
   }
+  if (!first_error.empty())
+    throw std::runtime_error(strata::detail::concat("proving the job secret over the pairs: ", first_error));
   for (int p = 0; p < size; ++p) {
     if (p == rank) continue;
     const std::string_view proof(reinterpret_cast<const char*>(received.data() + kProof * size_t(p)), kProof);
