@@ -1,5 +1,7 @@
 #include <strata/distribute/local_replica_context.h>
 
+#include <algorithm>
+
 #include <strata/autograd/custom_gradient.h>
 #include <strata/autograd/tape.h>
 #include <strata/core/ops.h>
@@ -247,17 +249,34 @@ void LocalReplicaContext::end_step(bool failed) {
 
 Tensor LocalReplicaContext::all_gather(const Tensor& value, int64_t axis) {
   const int64_t a = normalize_axis(axis, value.ndim(), "all_gather");
-  if (!autograd::is_recording() || !is_floating(value.dtype())) return gather_values(value, a);
-  // Differentiable, as TensorFlow's: this replica's slice of the gathered result reaches
-  // every replica's result, so its gradient is its slice of the sum of every replica's
-  // gradient (an all-reduce in backward). Where the slice starts needs every replica's
-  // extent along the axis, gathered first (they may differ).
+  const bool taped = autograd::is_recording() && is_floating(value.dtype());
+  // Replicas on distinct GPUs of one process gather through NCCL, in their streams' order
+  // (no host wait), when every part has the same extent along axis 0.
+  LocalCollectiveGroup* nccl = strategy_.worker_communicator() ? nullptr : strategy_.local_collectives();
+  const bool nccl_may_gather = nccl != nullptr && a == 0 && value.device() == device_;
+  if (!taped && !nccl_may_gather) return gather_values(value, a);
+  // Every replica's extent along the axis (they may differ), gathered on the host.
   const Tensor extents = gather_values(full({1}, double(value.dim(a)), kInt64, Device()), 0);
   const std::vector<int64_t> sizes = extents.to_vector<int64_t>();
+  const bool even = std::all_of(sizes.begin(), sizes.end(), [&](int64_t s) { return s == sizes[0]; });
+  Tensor gathered;
+  if (nccl_may_gather && even) {
+    autograd::StopRecording no_tape;
+    drain_gradients();
+    Shape shape = value.shape();
+    shape[0] *= int64_t(sizes.size());
+    gathered = Tensor::empty(shape, value.dtype(), device_);
+    nccl->communicator(comm_.rank()).all_gather(value.contiguous(), gathered);
+  } else {
+    gathered = gather_values(value, a);
+  }
+  if (!taped) return gathered;
+  // Differentiable, as TensorFlow's: this replica's slice of the gathered result reaches
+  // every replica's result, so its gradient is its slice of the sum of every replica's
+  // gradient (an all-reduce in backward).
   int64_t start = 0;
   for (int r = 0; r < replica_id_in_sync_group(); ++r) start += sizes[size_t(r)];
   const int64_t length = value.dim(a);
-  const Tensor gathered = gather_values(value, a);
   return autograd::custom_gradient({value}, [gathered, a, start, length](const std::vector<Tensor>&) {
     autograd::CustomVjp vjp = [a, start, length](const Tensor& grad) {
       return std::vector<Tensor>{

@@ -52,7 +52,9 @@ class ReplicaContext {
   virtual std::vector<Tensor> sum_gradients(const std::vector<Tensor>& grads) { return all_reduce(ReduceOp::Sum, grads); }
   // Concatenates every replica's value along `axis` (extents along axis may differ).
   // Differentiable for floating values, as in TensorFlow: a replica's gradient is its
-  // slice of the all-reduced gradient of the result (computed in backward).
+  // slice of the all-reduced gradient of the result (computed in backward). Replicas on
+  // distinct GPUs of one process gather along axis 0 through NCCL when every extent is
+  // the same (the extents are exchanged on the host first).
   virtual Tensor all_gather(const Tensor& value, int64_t axis) = 0;
   // tf's merge_call: runs fn once, in cross-replica context, with every replica's value
   // (index = replica id); every replica receives fn's result. All replicas must call it.

@@ -36,6 +36,7 @@ class EmulatedNcclCommunicator final : public distribute::Communicator {
 
   void all_reduce(const Tensor& buffer, distribute::ReduceOp op) override {
     check(buffer, "all_reduce");
+    ++g_nccl_collectives;
     comm_.all_reduce(buffer, op);
   }
   // The gradient reducer's path for NCCL (a stream transport): counted, then run as the
@@ -46,16 +47,19 @@ class EmulatedNcclCommunicator final : public distribute::Communicator {
   }
   void broadcast(const Tensor& buffer, int root) override {
     check(buffer, "broadcast");
+    ++g_nccl_collectives;
     comm_.broadcast(buffer, root);
   }
   void all_gather(const Tensor& input, const Tensor& output) override {
     check(input, "all_gather");
     check(output, "all_gather");
+    ++g_nccl_collectives;
     comm_.all_gather(input, output);
   }
   void reduce_scatter(const Tensor& input, const Tensor& output, distribute::ReduceOp op) override {
     check(input, "reduce_scatter");
     check(output, "reduce_scatter");
+    ++g_nccl_collectives;
     comm_.reduce_scatter(input, output, op);
   }
   void barrier() override {
@@ -69,7 +73,6 @@ class EmulatedNcclCommunicator final : public distribute::Communicator {
                  comm_.rank(), " on ", device_, " got ", t.defined() ? t.device().str() : std::string("an undefined"),
                  " tensor", t.defined() && !t.is_contiguous() ? " (not contiguous)" : "",
                  "; NCCL reduces contiguous tensors on the rank's GPU");
-    ++g_nccl_collectives;
   }
 
   distribute::InProcessCommunicator comm_;

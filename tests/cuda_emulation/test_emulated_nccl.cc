@@ -214,9 +214,46 @@ TEST_CASE("emulated NCCL: ZeRO-1 on 2 GPUs and on 2 logical GPUs trains as witho
   }
 }
 
+TEST_CASE("emulated NCCL: ReplicaContext::all_gather on 2 GPUs: NCCL for even parts, the host for uneven, gradients both ways",
+          "[nccl]") {
+  // Replica r gathers (r + 1) x_r, x_r of `rows[r]` rows of 2 ones; loss_r = sum(w_r y)
+  // with w_r = 10^r (1, 2, ...): the gradient of x_r is (r + 1) times the sum over
+  // replicas of w at x_r's slice (as on CPUs, tests/distribute/test_collectives.cc).
+  for (const std::vector<int64_t>& rows : {std::vector<int64_t>{2, 2}, std::vector<int64_t>{1, 3}}) {
+    const bool even = rows[0] == rows[1];
+    INFO((even ? "even parts" : "uneven parts"));
+    MirroredStrategy strategy({cuda(0), cuda(1)});
+    const int64_t before = cuda_emulation::nccl_collectives();
+    auto out = strategy.run([&] {
+      ReplicaContext* ctx = get_replica_context();
+      const int r = ctx->replica_id_in_sync_group();
+      const Tensor x = ones({rows[size_t(r)], 2}, kFloat32, ctx->device());
+      GradientTape tape;
+      tape.watch(x);
+      const Tensor y = ctx->all_gather(x * float(r + 1), 0);
+      const Tensor w = (arange(1, 9, 1, kFloat32) * std::pow(10.0, r)).reshape({4, 2}).to(ctx->device());
+      const Tensor dx = tape.gradient(sum(y * w), x);
+      return std::vector<Tensor>{y.to(Device()), dx.to(Device())};
+    });
+    // Two ranks, the forward gather through NCCL only for even parts; the backward
+    // all-reduce always.
+    REQUIRE(cuda_emulation::nccl_collectives() - before == (even ? 4 : 2));
+    std::vector<float> want_y;
+    for (int r = 0; r < 2; ++r)
+      for (int64_t i = 0; i < 2 * rows[size_t(r)]; ++i) want_y.push_back(float(r + 1));
+    for (int r = 0; r < 2; ++r) {
+      REQUIRE(out[size_t(r)][0].to_vector<float>() == want_y);
+      std::vector<float> want_dx;
+      const int64_t start = r == 0 ? 0 : 2 * rows[0];
+      for (int64_t i = 0; i < 2 * rows[size_t(r)]; ++i) want_dx.push_back(float((r + 1) * 11 * (start + i + 1)));
+      REQUIRE(out[size_t(r)][1].to_vector<float>() == want_dx);
+    }
+  }
+}
+
 TEST_CASE("emulated NCCL: a synchronized BatchNormalization on 2 GPUs normalises as on 2 CPUs", "[nccl]") {
   // Forward statistics all-reduced through NCCL, and the input gradient through the
-  // all-reduce in backward; compared with the same layer on two CPU replicas.
+  // all-reduces in backward; compared with the same layer on two CPU replicas.
   const Problem p = make_problem();
   auto run = [&](Strategy& strategy) {
     nn::BatchNormalization bn;
@@ -246,7 +283,7 @@ TEST_CASE("emulated NCCL: a synchronized BatchNormalization on 2 GPUs normalises
   const int64_t before = cuda_emulation::nccl_collectives();
   MirroredStrategy on_gpus({cuda(0), cuda(1)});
   const std::vector<Tensor> gpu = run(on_gpus);
-  REQUIRE(cuda_emulation::nccl_collectives() - before >= 2 * 2);  // forward and backward, each rank
+  REQUIRE(cuda_emulation::nccl_collectives() - before == 2 * 4);  // 2 forward and 2 backward, each rank
   for (size_t k = 0; k < 2; ++k) {
     const std::vector<float> a = cpu[k].to_vector<float>(), b = gpu[k].to_vector<float>();
     REQUIRE(a.size() == b.size());

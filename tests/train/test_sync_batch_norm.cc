@@ -40,15 +40,16 @@ struct StepResult {
 };
 
 // One training forward and backward of BatchNormalization on `x` (the global batch) under
-// `strategy`, loss = sum(y * target) over the global batch.
-StepResult step(Strategy& strategy, const Tensor& x, const Tensor& target, bool synchronized) {
+// `strategy`, loss = sum(y * target) over the global batch, the layer in `dtype`.
+StepResult step(Strategy& strategy, const Tensor& x, const Tensor& target, bool synchronized,
+                DType dtype = kFloat64) {
   nn::BatchNormalization bn;
   {
     auto scope = strategy.scope();
     nn::BatchNormalizationOptions o;
     o.synchronized = synchronized;
     o.momentum = 0.5;
-    o.dtype = mixed_precision::Policy(kFloat64);
+    o.dtype = mixed_precision::Policy(dtype);
     bn = nn::BatchNormalization(kFeatures, o);
   }
   const int n = strategy.num_replicas_in_sync();
@@ -124,6 +125,22 @@ TEST_CASE("BatchNormalization(synchronized): the replicas compute what one layer
   const StepResult local = step(mirrored, x, target, false);
   const StepResult whole = step(DefaultStrategy::instance(), x, target, false);
   REQUIRE(max(abs(local.y - whole.y)).item<double>() > 1e-3);
+}
+
+TEST_CASE("BatchNormalization(synchronized): a feature whose mean is large against its spread keeps its variance in "
+          "float32",
+          "[train][distribute]") {
+  // Features of mean 1e4 and standard deviation 3 in float32: E[x^2] - E[x]^2 from summed
+  // squares (about 1e8, where float32 steps by 8) would leave no digit of the variance
+  // (9); the replicas' means and squared deviations combined keep it. Compared with one
+  // float64 layer on the same values.
+  const Tensor x = (random_batch(16, 7) + 1e4).cast(kFloat32), target = random_batch(16, 8);
+  const StepResult whole = step(DefaultStrategy::instance(), x.cast(kFloat64), target, true);
+  MirroredStrategy mirrored(MirroredStrategy::cpu_devices(2));
+  const StepResult synced = step(mirrored, x, target.cast(kFloat32), true, kFloat32);
+  REQUIRE_ALLCLOSE(synced.y.cast(kFloat64), whole.y, 1e-3, 1e-3);
+  REQUIRE_ALLCLOSE(synced.moving_variance.cast(kFloat64), whole.moving_variance, 1e-3, 1e-3);
+  REQUIRE_ALLCLOSE(synced.dgamma.cast(kFloat64), whole.dgamma, 1e-3, 1e-3);
 }
 
 TEST_CASE("BatchNormalization(synchronized): Mirrored training ends where training on the global batch does",

@@ -69,22 +69,27 @@ Tensor BatchNormalizationImpl::forward(const Tensor& input) {
     // (reading the count on the host would stop a GPU every step).
     Tensor has_rows;
     if (replica != nullptr && replica->num_replicas_in_sync() > 1) {
-      // The global batch's statistics, as Keras computes them: sums and the example count
-      // all-reduced (differentiable), then E[x^2] - E[x]^2 (clamped at 0 against rounding).
-      const Tensor count = full({1}, double(x.numel() / num_features_), x.dtype(), x.device());
-      const Tensor local = concat({sum(x, reduce_axes).reshape({num_features_}),
-                                   sum(square(x), reduce_axes).reshape({num_features_}), count},
-                                  0);
-      const Tensor global = replica->all_reduce(distribute::ReduceOp::Sum, local);
+      // The global batch's statistics in two passes, as the plain layer computes them:
+      // the sums and the example count all-reduced give the global mean, then the sums
+      // of squared deviations from it all-reduced give the variance (both differentiable).
+      // Keras's one pass, E[x^2] - E[x]^2 from summed squares, needs one collective less
+      // but loses the variance to cancellation when a feature's mean is large against its
+      // spread (float32: a mean of 1e4 leaves no digit of a unit variance). All-reduces,
+      // not an all-gather of each replica's statistics (PyTorch's way): they stay on the
+      // GPUs' streams through NCCL, across workers too, with no host round trip.
       const Tensor zero = zeros({}, x.dtype(), x.device());
-      const Tensor examples = global.slice(0, 2 * num_features_, 2 * num_features_ + 1);
+      const Tensor count = full({1}, double(x.numel() / num_features_), x.dtype(), x.device());
+      const Tensor sums = replica->all_reduce(distribute::ReduceOp::Sum,
+                                              concat({sum(x, reduce_axes).reshape({num_features_}), count}, 0));
+      const Tensor examples = sums.slice(0, num_features_, num_features_ + 1);
       has_rows = greater(examples, zero);
       // An empty global batch normalises nothing; its statistics are 0 instead of 0 / 0,
-      // and the moving statistics stay (below).
+      // and the moving statistics stay (below). An empty replica adds nothing.
       const Tensor n = maximum(examples, ones({}, x.dtype(), x.device()));
-      mean_b = div(global.slice(0, 0, num_features_), n).reshape(stat_shape);
-      const Tensor mean_square = div(global.slice(0, num_features_, 2 * num_features_), n).reshape(stat_shape);
-      var_b = maximum(sub(mean_square, square(mean_b)), zero);
+      mean_b = div(sums.slice(0, 0, num_features_), n).reshape(stat_shape);
+      const Tensor squares =
+          replica->all_reduce(distribute::ReduceOp::Sum, sum(square(sub(x, mean_b)), reduce_axes).reshape({num_features_}));
+      var_b = div(squares, n).reshape(stat_shape);
     } else {
       STRATA_CHECK(x.numel() > 0, "nn::BatchNormalization: empty batch in training mode");
       mean_b = mean(x, reduce_axes, /*keepdims=*/true);

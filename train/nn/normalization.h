@@ -9,14 +9,16 @@
 //
 // synchronized (Keras's BatchNormalization(synchronized=True), PyTorch's SyncBatchNorm):
 // in training under a strategy with several replicas in sync, the batch statistics are
-// those of the global batch — every replica's sum and sum of squares per feature, and its
-// example count, all-reduced in forward (one collective per layer) — and the gradients
-// flow back through that all-reduce (one more in backward). Every replica then normalises
-// with the same mean and variance and moves its moving statistics alike. For per-replica
-// batches too small for good statistics (detection, segmentation). Elsewhere (one
-// replica, inference) it is the plain layer. Under synchronized a replica may get an
-// empty part of the batch (its sums are zeros); a global batch with no rows at all
-// normalises nothing and leaves the moving statistics as they were.
+// those of the global batch, computed in two passes as the plain layer does — every
+// replica's sums per feature and example count all-reduced for the mean, then its sums of
+// squared deviations from that mean for the variance (numerically stable, unlike Keras's
+// E[x^2] - E[x]^2) — and the gradients flow back through those all-reduces (two more
+// collectives in backward). Every replica then normalises with the same mean and variance
+// and moves its moving statistics alike. For per-replica batches too small for good
+// statistics (detection, segmentation). Elsewhere (one replica, inference) it is the plain
+// layer. Under synchronized a replica may get an empty part of the batch (it adds nothing
+// to the sums); a global batch with no rows at all normalises nothing and leaves the
+// moving statistics as they were.
 #pragma once
 
 #include <cstdint>
