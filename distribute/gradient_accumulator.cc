@@ -1,10 +1,13 @@
 #include <strata/distribute/gradient_accumulator.h>
 
+#include <algorithm>
 #include <unordered_map>
+#include <unordered_set>
 
 #include <strata/autograd/gradient_hook.h>
 #include <strata/core/error.h>
 #include <strata/core/ops.h>
+#include <strata/distribute/gradient_reducer.h>
 
 namespace strata::distribute {
 
@@ -16,7 +19,11 @@ class TotalsHook final : public autograd::GradientReadyHook {
  public:
   TotalsHook(autograd::GradientReadyHook& reducer, const std::vector<autograd::Variable>& variables,
              const std::vector<Tensor>& earlier)
-      : reducer_(reducer), variables_(variables), earlier_(earlier), reported_(variables.size(), false) {
+      : reducer_(reducer),
+        variables_(variables),
+        earlier_(earlier),
+        reported_(variables.size(), false),
+        totals_(variables.size()) {
     for (size_t i = 0; i < variables.size(); ++i) index_.emplace(variables[i].value().id(), i);
   }
 
@@ -29,8 +36,8 @@ class TotalsHook final : public autograd::GradientReadyHook {
         autograd::StopRecording no_tape;
         total = strata::add(earlier_[it->second], gradient);
       }
+      totals_[it->second] = total;
     }
-    totals_.emplace(gradient.id(), total);
     reducer_.gradient_ready(variable, total);
   }
 
@@ -49,15 +56,18 @@ class TotalsHook final : public autograd::GradientReadyHook {
   // Products need the total, which a factor pair is not: the tape computes them.
   bool accepts_product(DType, const Device&) const override { return false; }
 
-  Tensor final_gradient(const Tensor& reported) override {
-    auto it = totals_.find(reported.id());
-    STRATA_CHECK(it != totals_.end(), "GradientAccumulator: a gradient the tape reported was not seen (internal error)");
-    return reducer_.final_gradient(it->second);
-  }
+  // The tape's own gradients stand: one gradient tensor may be reported for several
+  // variables (the tape hands `a + b`'s gradient to both a and b), whose totals differ,
+  // so add() takes each variable's total by its index instead (final()).
 
-  // What gradient() returns for the variables the last micro-batch did not reach.
-  const std::vector<size_t>& late() const { return late_; }
-  Tensor late_final(size_t i) { return reducer_.final_gradient(earlier_[i]); }
+  bool reported(size_t i) const { return reported_[i]; }
+  // What gradients() holds for variable i after the last micro-batch: its total, through
+  // the reducer (the replicas' sum under aggregate_gradients_in_backward).
+  Tensor final(size_t i) { return reducer_.final_gradient(reported_[i] ? totals_[i] : earlier_[i]); }
+
+  // The variables the last micro-batch did not reach whose totals were handed over at
+  // the end of its backward.
+  bool late(size_t i) const { return std::find(late_.begin(), late_.end(), i) != late_.end(); }
 
  private:
   autograd::GradientReadyHook& reducer_;
@@ -65,16 +75,23 @@ class TotalsHook final : public autograd::GradientReadyHook {
   const std::vector<Tensor>& earlier_;
   std::vector<bool> reported_;
   std::unordered_map<uint64_t, size_t> index_;
-  std::unordered_map<uint64_t, Tensor> totals_;  // reported gradient id -> its total
+  std::vector<Tensor> totals_;  // per variable, those reported
   std::vector<size_t> late_;
 };
 
 }  // namespace
 
 GradientAccumulator::GradientAccumulator(std::vector<autograd::Variable> variables)
-    : variables_(std::move(variables)), totals_(variables_.size()) {}
+    : variables_(std::move(variables)), totals_(variables_.size()) {
+  std::unordered_set<uint64_t> seen;
+  for (size_t i = 0; i < variables_.size(); ++i)
+    STRATA_CHECK(seen.insert(variables_[i].value().id()).second, "GradientAccumulator: variable ", i, " ('",
+                 variables_[i].name(), "') is listed twice; list each variable once");
+}
 
 void GradientAccumulator::add(autograd::GradientTape& tape, const Tensor& loss, bool last) {
+  STRATA_CHECK(!failed_, "GradientAccumulator::add: the last micro-batch's backward failed, and its totals may be "
+               "in the reducer's buckets; make a new accumulator for the next step");
   STRATA_CHECK(!finished_, "GradientAccumulator::add: the last micro-batch was added already; make a new "
                "accumulator for the next step");
   autograd::GradientReadyHook* reducer = autograd::current_gradient_hook();
@@ -95,13 +112,38 @@ void GradientAccumulator::add(autograd::GradientTape& tape, const Tensor& loss, 
   }
   TotalsHook hook(*reducer, variables_, totals_);
   std::vector<Tensor> grads;
-  {
-    autograd::GradientHookScope through(&hook);
-    grads = tape.gradient(loss, variables_);
+  try {
+    {
+      autograd::GradientHookScope through(&hook);
+      grads = tape.gradient(loss, variables_);
+    }
+    for (size_t i = 0; i < grads.size(); ++i) {
+      // A gradient the tape computed without reporting it (a variable watched as a plain
+      // tensor, or a tape that does not watch variables) never reached the reducer.
+      STRATA_CHECK(!grads[i].defined() || hook.reported(i), "GradientAccumulator::add: variable ", i, " ('",
+                   variables_[i].name(), "') got a gradient the tape did not report to the gradient reducer; "
+                   "let the tape watch it as a Variable (watch_accessed_variables, or tape.watch(variable))");
+      if (hook.reported(i) || hook.late(i)) grads[i] = hook.final(i);
+    }
+  } catch (...) {
+    failed_ = true;
+    throw;
   }
-  for (size_t i : hook.late()) grads[i] = hook.late_final(i);
   totals_ = std::move(grads);
   finished_ = true;
+}
+
+const std::vector<Tensor>& GradientAccumulator::gradients() const {
+  if (!finished_) {
+    // Under aggregate_gradients_in_backward apply_gradients takes its gradients as the
+    // replicas' sums, which only the last micro-batch's add() makes.
+    const auto* reducer = dynamic_cast<const GradientReducer*>(autograd::current_gradient_hook());
+    STRATA_CHECK(reducer == nullptr || !reducer->aggregates(),
+                 "GradientAccumulator::gradients: under CommunicationOptions::aggregate_gradients_in_backward "
+                 "apply_gradients expects the replicas' sums, which the last micro-batch's add(tape, loss, "
+                 "/*last=*/true) makes; these are this replica's own totals");
+  }
+  return totals_;
 }
 
 }  // namespace strata::distribute

@@ -48,13 +48,16 @@ class GradientAccumulator {
   // The totals, one per variable (undefined for a variable no micro-batch reached); after
   // the last add(), what apply_gradients takes: the totals, or under
   // aggregate_gradients_in_backward their sums over the replicas.
-  const std::vector<Tensor>& gradients() const { return totals_; }
+  // Before the last add() under aggregate_gradients_in_backward, raises (apply_gradients
+  // would take this replica's totals for the replicas' sums).
+  const std::vector<Tensor>& gradients() const;
   const std::vector<autograd::Variable>& variables() const { return variables_; }
 
  private:
   std::vector<autograd::Variable> variables_;
   std::vector<Tensor> totals_;
   bool finished_ = false;
+  bool failed_ = false;  // the last add() threw: its totals may be in the reducer's buckets
 };
 
 }  // namespace strata::distribute

@@ -625,6 +625,83 @@ TEST_CASE("gradient reducer: GradientAccumulator reduces the totals during the l
   }
 }
 
+TEST_CASE("gradient reducer: GradientAccumulator gives each variable its own total when the tape reports one "
+          "gradient for several",
+          "[reducer]") {
+  // The last micro-batch's loss reads a + b: the tape hands the same gradient tensor to a
+  // and b, whose totals differ (only a was reached before). Compared with the totals
+  // summed by hand and reduced in apply_gradients (overlap off), with the tape's
+  // gradients and with the replicas' sums (aggregate_gradients_in_backward).
+  enum class Mode { Accumulator, AccumulatorAggregated, OverlapOff };
+  auto run = [](Mode mode) {
+    CommunicationOptions o;
+    o.overlap_gradient_reduction = mode != Mode::OverlapOff;
+    o.aggregate_gradients_in_backward = mode == Mode::AccumulatorAggregated;
+    MirroredStrategy strategy(MirroredStrategy::cpu_devices(2), CrossDeviceOps::Default, o);
+    Variable a, b;
+    optim::Optimizer opt;
+    {
+      auto scope = strategy.scope();
+      a = make_var("a", {5}, 1), b = make_var("b", {5}, 2);
+      opt = optim::SGD(0.1);
+    }
+    const std::vector<Variable> vars{a, b};
+    strategy.run([&] {
+      const int r = get_replica_context()->replica_id_in_sync_group();
+      std::vector<Tensor> total(2);
+      GradientAccumulator accumulated(vars);
+      for (int k = 0; k < 2; ++k) {
+        autograd::GradientTape tape;
+        const Tensor x = random::uniform({5}, uint64_t(40 + 10 * r + k), -1.0, 1.0);
+        const Tensor loss = k == 0 ? sum(square(a.read() * x)) : sum(square((a.read() + b.read()) * x));
+        if (mode == Mode::OverlapOff) {
+          auto grads = tape.gradient(loss, vars);
+          for (size_t v = 0; v < 2; ++v)
+            if (grads[v].defined()) total[v] = total[v].defined() ? total[v] + grads[v] : grads[v];
+        } else {
+          accumulated.add(tape, loss, k == 1);
+        }
+      }
+      opt.apply_gradients(mode == Mode::OverlapOff ? total : accumulated.gradients(), vars);
+    });
+    return std::vector<Tensor>{a.value().clone(), b.value().clone()};
+  };
+  const std::vector<Tensor> reference = run(Mode::OverlapOff);
+  for (Mode mode : {Mode::Accumulator, Mode::AccumulatorAggregated}) {
+    INFO("aggregated " << (mode == Mode::AccumulatorAggregated));
+    CHECK(bitwise_equal(run(mode), reference));
+  }
+}
+
+TEST_CASE("gradient reducer: GradientAccumulator refuses what would apply unreduced or stale totals", "[reducer]") {
+  CommunicationOptions o;
+  o.aggregate_gradients_in_backward = true;
+  MirroredStrategy strategy(MirroredStrategy::cpu_devices(2), CrossDeviceOps::Default, o);
+  Variable a;
+  {
+    auto scope = strategy.scope();
+    a = make_var("a", {5}, 1);
+  }
+  // A variable listed twice.
+  REQUIRE_THROWS_WITH(GradientAccumulator({a, a}), Contains("variable 1 ('a') is listed twice"));
+  // gradients() before the last micro-batch, where apply_gradients expects the sums.
+  REQUIRE_THROWS_WITH(strategy.run([&] {
+    GradientAccumulator accumulated({a});
+    autograd::GradientTape tape;
+    accumulated.add(tape, sum(square(a.read())), /*last=*/false);
+    (void)accumulated.gradients();
+  }),
+                      Contains("aggregate_gradients_in_backward") && Contains("this replica's own totals"));
+  // A gradient the tape computed without reporting it (a variable watched as a tensor).
+  REQUIRE_THROWS_WITH(strategy.run([&] {
+    GradientAccumulator accumulated({a});
+    autograd::GradientTape tape(/*persistent=*/false, /*watch_accessed_variables=*/false);
+    tape.watch(a.value());
+    accumulated.add(tape, sum(square(a.value())), /*last=*/true);
+  }),
+                      Contains("did not report to the gradient reducer"));
+}
+
 TEST_CASE("gradient reducer: no_sync is refused when gradients are summed in backward", "[reducer]") {
   CommunicationOptions o;
   o.aggregate_gradients_in_backward = true;
