@@ -161,7 +161,9 @@ class Checkpoint {
 // crash leaves the same states. One save is in flight at a time: the next save, sync(),
 // restore(), any query of the checkpoints and the destructor wait for it first. A failed
 // write is raised by sync() or by the next save (the destructor can only print it); its
-// checkpoint is then not committed and the latest stays the previous one.
+// checkpoint is then not committed and the latest stays the previous one (unless only
+// dropping older checkpoints failed). A manager is used from one thread at a time, as
+// TensorFlow's CheckpointManager.
 struct CheckpointOptions {
   bool enable_async_checkpoint = false;
   // Test hooks for the atomic writes of the checkpoint's two files (train/atomic_file.h).
@@ -233,8 +235,10 @@ class CheckpointManager {
   // The file work of a save: list `prefix` in the state file, commit the snapshot, drop
   // the checkpoints beyond max_to_keep, list what is left. On the caller's thread or on
   // the writer thread of an asynchronous save.
+  // *committed turns true once the checkpoint's manifest is committed (later steps may
+  // still fail).
   void commit(std::vector<std::pair<int64_t, std::string>> kept, const std::string& prefix,
-              const CheckpointSnapshot& snapshot, const AtomicWriteHooks& hooks) const;
+              const CheckpointSnapshot& snapshot, const AtomicWriteHooks& hooks, bool* committed) const;
   // Joins the writer of an asynchronous save, if any; a failure is kept in write_error_
   // and last_step_ goes back to what it was before that save.
   void wait_for_write() const;
@@ -242,6 +246,7 @@ class CheckpointManager {
   mutable std::thread writer_;
   mutable std::exception_ptr write_error_;
   mutable std::optional<int64_t> step_before_write_;
+  bool write_committed_ = false;  // set by the writer; read after joining it
 };
 
 }  // namespace strata::train

@@ -159,31 +159,45 @@ std::string CheckpointManager::save(std::optional<int64_t> step, bool force, con
   kept.emplace_back(s, prefix);
   std::sort(kept.begin(), kept.end());
   if (!options.enable_async_checkpoint) {
-    commit(std::move(kept), prefix, checkpoint_.snapshot(s, /*own_copies=*/false), options.write_hooks);
+    bool committed = false;
+    try {
+      commit(std::move(kept), prefix, checkpoint_.snapshot(s, /*own_copies=*/false), options.write_hooks, &committed);
+    } catch (...) {
+      if (committed) last_step_ = s;  // written; dropping older ones or the final listing failed
+      throw;
+    }
     last_step_ = s;
     return prefix;
   }
   // The values are taken now, on this thread (with any collective that takes); the files
   // are written behind the caller's back.
   auto snapshot = std::make_shared<const CheckpointSnapshot>(checkpoint_.snapshot(s, /*own_copies=*/true));
-  step_before_write_ = last_step_;
-  last_step_ = s;
+  write_committed_ = false;
   writer_ = std::thread([this, kept = std::move(kept), prefix, snapshot, hooks = options.write_hooks]() mutable {
     try {
-      commit(std::move(kept), prefix, *snapshot, hooks);
+      commit(std::move(kept), prefix, *snapshot, hooks, &write_committed_);
     } catch (...) {
       write_error_ = std::current_exception();
     }
   });
+  // Only once the writer runs (starting a thread can fail, and then nothing was saved).
+  step_before_write_ = last_step_;
+  last_step_ = s;
   return prefix;
 }
 
 void CheckpointManager::commit(std::vector<std::pair<int64_t, std::string>> kept, const std::string& prefix,
-                               const CheckpointSnapshot& snapshot, const AtomicWriteHooks& hooks) const {
+                               const CheckpointSnapshot& snapshot, const AtomicWriteHooks& hooks,
+                               bool* committed) const {
   // List it before committing it (it counts only once committed): a crash after the
-  // commit then never leaves a checkpoint that the state file does not know.
-  write_index(kept, prefix);
+  // commit then never leaves a checkpoint that the state file does not know. Until it is
+  // committed the state file's "latest" stays the previous checkpoint.
+  std::string previous;
+  for (const auto& entry : kept)
+    if (entry.second != prefix) previous = entry.second;  // kept is sorted by step
+  write_index(kept, previous);
   snapshot.write(prefix, hooks);
+  *committed = true;
   if (max_to_keep_ > 0) {
     // Delete the lowest steps beyond max_to_keep, never the checkpoint just written.
     size_t excess = kept.size() > size_t(max_to_keep_) ? kept.size() - size_t(max_to_keep_) : 0;
@@ -204,7 +218,9 @@ void CheckpointManager::commit(std::vector<std::pair<int64_t, std::string>> kept
 void CheckpointManager::wait_for_write() const {
   if (!writer_.joinable()) return;
   writer_.join();
-  if (write_error_) last_step_ = step_before_write_;
+  // A save that failed before its manifest was committed did not happen; one that failed
+  // afterwards (dropping older checkpoints) did.
+  if (write_error_ && !write_committed_) last_step_ = step_before_write_;
 }
 
 void CheckpointManager::sync() {

@@ -303,6 +303,9 @@ Outputs Controller::train_and_evaluate(int64_t train_steps, int64_t eval_steps, 
     step = global_step();
   }
   maybe_save_checkpoint(/*check_interval=*/false);
+  // The checkpoint at completion is written when this returns (an asynchronous write is
+  // waited for, and its failure raised here rather than lost).
+  if (options_.checkpoint_manager) options_.checkpoint_manager->sync();
   return outputs;
 }
 

@@ -112,7 +112,8 @@ class Controller {
   // Evaluates `steps` steps (-1: until the evaluation data ends) and returns the outputs.
   Outputs evaluate(int64_t steps = -1);
   // Trains to train_steps, evaluating every eval_interval steps (0: only at the end) and
-  // at the end; saves a checkpoint at completion. Returns the last evaluation's outputs.
+  // at the end; saves a checkpoint at completion, written (even an asynchronous one) when
+  // this returns. Returns the last evaluation's outputs.
   Outputs train_and_evaluate(int64_t train_steps, int64_t eval_steps = -1, int64_t eval_interval = 0);
   // Waits for checkpoints in the manager's directory and evaluates each new one (the
   // newest at the time it looks; one already there is evaluated at once). After

@@ -70,7 +70,11 @@ std::string encode_png(const uint8_t* pixels, int64_t height, int64_t width, int
 
   std::string out("\x89PNG\r\n\x1a\n", 8);
   put_chunk(out, "IHDR", header);
-  put_chunk(out, "IDAT", compressed);
+  // The zlib stream in IDAT chunks of at most 1 MiB (a chunk's length is 31-bit; decoders
+  // read the chunks' data as one stream).
+  constexpr size_t kIdatBytes = size_t(1) << 20;
+  for (size_t at = 0; at < compressed.size(); at += kIdatBytes)
+    put_chunk(out, "IDAT", compressed.substr(at, kIdatBytes));
   put_chunk(out, "IEND", "");
   return out;
 }

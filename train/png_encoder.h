@@ -1,8 +1,8 @@
 // PNG encoding of 8-bit images, for TensorBoard image summaries (SummaryWriter::image).
 //
 // A PNG file is a signature and chunks (length, type, data, CRC-32): IHDR (size, 8-bit
-// depth, colour type), one IDAT (the rows, each prefixed with filter type 0, compressed
-// as one zlib stream) and IEND. zlib does the compression and the CRC; this file only lays
+// depth, colour type), IDAT (the rows, each prefixed with filter type 0, compressed as
+// one zlib stream, cut into chunks of at most 1 MiB) and IEND. zlib does the compression and the CRC; this file only lays
 // out the container (PNG specification, ISO/IEC 15948).
 #pragma once
 

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <iostream>
 
 #include <strata/core/ops.h>
 #include <strata/distribute/cross_worker.h>
@@ -75,6 +76,15 @@ bool PreemptionCheckpointHandler::save_checkpoint_if_preempted(std::optional<int
   }
   if (preempted.empty()) return false;
   if (!step && checkpoint_number_.defined()) step = checkpoint_number_.value().to(cpu()).item<int64_t>();
+  // An earlier asynchronous save that failed must not cost the job this one: it is told,
+  // and the checkpoint of this step is saved all the same.
+  try {
+    manager_.sync();
+  } catch (const std::exception& e) {
+    std::cerr << ::strata::detail::concat("strata: preemption: an earlier asynchronous checkpoint failed (", e.what(),
+                                          "); saving the checkpoint of this step anyway\n")
+              << std::flush;
+  }
   const std::string path = manager_.save(step, /*force=*/true);
   const int64_t saved_step = step ? *step : manager_.last_checkpoint_step().value_or(-1);
   std::string who;

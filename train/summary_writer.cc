@@ -279,8 +279,8 @@ void SummaryWriter::image(const std::string& tag, const Tensor& images, int64_t 
                "': expected images [k, height, width, channels], got ",
                images.defined() ? shape_str(images.shape()) : std::string("an undefined tensor"));
   const int64_t k = images.dim(0), height = images.dim(1), width = images.dim(2), channels = images.dim(3);
-  STRATA_CHECK(channels == 1 || channels == 3 || channels == 4, "SummaryWriter::image: '", tag,
-               "': images need 1, 3 or 4 channels (grey, RGB, RGBA), got ", shape_str(images.shape()));
+  STRATA_CHECK(channels >= 1 && channels <= 4, "SummaryWriter::image: '", tag,
+               "': images need 1 to 4 channels (grey, grey and alpha, RGB, RGBA), got ", shape_str(images.shape()));
   STRATA_CHECK(height >= 1 && width >= 1, "SummaryWriter::image: '", tag, "': empty images ",
                shape_str(images.shape()));
   STRATA_CHECK(max_outputs >= 1, "SummaryWriter::image: '", tag, "': max_outputs must be >= 1, got ", max_outputs);

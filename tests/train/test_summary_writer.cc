@@ -18,6 +18,7 @@
 
 #include "tests/test_util.h"
 #include <strata/train/event_file_reader.h>
+#include <strata/train/png_encoder.h>
 #include <strata/train/summary_writer.h>
 #include "tests/temp_dir.h"
 
@@ -590,6 +591,7 @@ namespace {
 struct DecodedPng {
   uint32_t width = 0, height = 0;
   int channels = 0;
+  int idat_chunks = 0;
   std::vector<uint8_t> pixels;
 };
 
@@ -622,6 +624,7 @@ DecodedPng decode_png(const std::string& png) {
       REQUIRE(data.substr(10) == std::string(3, '\0'));  // deflate, filter 0, no interlace
     } else if (type == "IDAT") {
       idat += data;
+      ++out.idat_chunks;
     } else if (type == "IEND") {
       ended = true;
     }
@@ -680,6 +683,23 @@ void check_images(const std::vector<DecodedEvent>& events, const std::vector<dou
 
 }  // namespace
 
+TEST_CASE("PNG encoder: grey and alpha, and a stream longer than one IDAT chunk", "[train][summary]") {
+  // 700 x 800 x 2 bytes of noise: about 1.1 MB that deflate cannot shrink, so the stream
+  // spans two IDAT chunks (at most 1 MiB each), which a decoder reads as one.
+  std::vector<uint8_t> pixels(size_t(700) * 800 * 2);
+  uint32_t state = 12345;
+  for (auto& p : pixels) {
+    state = state * 1664525u + 1013904223u;
+    p = uint8_t(state >> 24);
+  }
+  const DecodedPng png = decode_png(encode_png(pixels.data(), 700, 800, 2));
+  CHECK(png.width == 800);
+  CHECK(png.height == 700);
+  CHECK(png.channels == 2);
+  CHECK(png.idat_chunks == 2);
+  CHECK(png.pixels == pixels);
+}
+
 TEST_CASE("summary writer: images as TensorFlow 2 writes them, PNGs read back by an independent decoder",
           "[train][summary]") {
   TempDir dir;
@@ -695,7 +715,7 @@ TEST_CASE("summary writer: images as TensorFlow 2 writes them, PNGs read back by
     w.image("inputs", base.permute({0, 2, 1, 3}), 4, /*max_outputs=*/1);
     w.image("masks", Tensor::from_vector(grey, {2, 2, 2, 1}, kInt32), 5);
     CHECK_THROWS_WITH(w.image("bad", zeros({3, 4, 3}), 1), Catch::Contains("expected images [k, height, width, channels]"));
-    CHECK_THROWS_WITH(w.image("bad", zeros({1, 3, 4, 2}), 1), Catch::Contains("1, 3 or 4 channels"));
+    CHECK_THROWS_WITH(w.image("bad", zeros({1, 3, 4, 5}), 1), Catch::Contains("1 to 4 channels"));
     CHECK_THROWS_WITH(w.image("bad", full({1, 1, 1, 1}, std::nan("")), 1), Catch::Contains("NaN"));
     CHECK_THROWS_WITH(w.image("bad", zeros({1, 1, 1, 1}), 1, 0), Catch::Contains("max_outputs"));
   }
