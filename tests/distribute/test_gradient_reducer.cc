@@ -72,6 +72,18 @@ Variable make_var(const std::string& name, const Shape& shape, uint64_t seed) {
   return Variable(random::uniform(shape, seed, -0.5, 0.5), o);
 }
 
+// The GradientAccumulator tests' ways to sum micro-batches: the accumulator, the accumulator
+// with the tape returning the replicas' sums, and by hand with the gradients reduced only
+// in apply_gradients (the reference).
+enum class AccumulationMode { Accumulator, AccumulatorAggregated, OverlapOff };
+
+CommunicationOptions accumulation_options(AccumulationMode mode) {
+  CommunicationOptions o;
+  o.overlap_gradient_reduction = mode != AccumulationMode::OverlapOff;
+  o.aggregate_gradients_in_backward = mode == AccumulationMode::AccumulatorAggregated;
+  return o;
+}
+
 }  // namespace
 
 TEST_CASE("gradient reducer: the first bucket's all-reduce starts before backward ends", "[reducer]") {
@@ -566,12 +578,9 @@ TEST_CASE("gradient reducer: GradientAccumulator reduces the totals during the l
   // last micro-batch, buckets are launched during it, and the weights end bitwise as with
   // the gradients reduced in apply_gradients (overlap off), also when the tape returns the
   // replicas' sums (aggregate_gradients_in_backward, where no_sync is refused).
-  enum class Mode { Accumulator, AccumulatorAggregated, OverlapOff };
+  using Mode = AccumulationMode;
   auto run = [](Mode mode) {
-    CommunicationOptions o;
-    o.overlap_gradient_reduction = mode != Mode::OverlapOff;
-    o.aggregate_gradients_in_backward = mode == Mode::AccumulatorAggregated;
-    MirroredStrategy strategy(MirroredStrategy::cpu_devices(2), CrossDeviceOps::Default, o);
+    MirroredStrategy strategy(MirroredStrategy::cpu_devices(2), CrossDeviceOps::Default, accumulation_options(mode));
     Variable w1, b1, w2, b2;
     optim::Optimizer opt;
     {
@@ -632,12 +641,9 @@ TEST_CASE("gradient reducer: GradientAccumulator gives each variable its own tot
   // and b, whose totals differ (only a was reached before). Compared with the totals
   // summed by hand and reduced in apply_gradients (overlap off), with the tape's
   // gradients and with the replicas' sums (aggregate_gradients_in_backward).
-  enum class Mode { Accumulator, AccumulatorAggregated, OverlapOff };
+  using Mode = AccumulationMode;
   auto run = [](Mode mode) {
-    CommunicationOptions o;
-    o.overlap_gradient_reduction = mode != Mode::OverlapOff;
-    o.aggregate_gradients_in_backward = mode == Mode::AccumulatorAggregated;
-    MirroredStrategy strategy(MirroredStrategy::cpu_devices(2), CrossDeviceOps::Default, o);
+    MirroredStrategy strategy(MirroredStrategy::cpu_devices(2), CrossDeviceOps::Default, accumulation_options(mode));
     Variable a, b;
     optim::Optimizer opt;
     {
