@@ -2,9 +2,9 @@
 // (train/preemption.h) in one process: SIGTERM during training saves a checkpoint at the
 // end of that train loop and stops with PreemptedError, and a job restarted from it ends
 // bitwise like an uninterrupted one; a watcher's notice; an exit_fn that lets training go
-// on; one handler at a time; SIGTERM's disposition restored. The multi-worker case (every
-// worker saves at the same step when one of them is told) is in
-// tests/distribute/test_launch_restart.cc.
+// on; one handler at a time; SIGTERM's disposition restored; a save after an earlier
+// failed asynchronous one. The multi-worker case (every worker saves at the same step when
+// one of them is told) is in tests/distribute/test_launch_restart.cc.
 #include <signal.h>
 
 #include <strata/train/preemption.h>
@@ -95,4 +95,22 @@ TEST_CASE("preemption: a watcher's notice and an exit_fn that returns and one ha
   // A new handler may be made once the first is gone, and starts without a notice.
   train::PreemptionCheckpointHandler again(*job.strategy, *job.manager);
   CHECK_FALSE(again.preempted_here());
+}
+
+TEST_CASE("preemption: the checkpoint is saved even after an earlier asynchronous save failed", "[train][preemption]") {
+  TempDir dir;
+  Job job("default", 0, dir.path / "ckpt");
+  train::CheckpointOptions failing;
+  failing.enable_async_checkpoint = true;
+  failing.write_hooks.before_rename = [](const fs::path&, const fs::path&) { throw Error("disk full (test)"); };
+  job.manager->save(5, /*force=*/false, failing);  // fails on its writer thread
+  std::vector<std::string> exits;
+  train::TerminationConfig config;
+  config.termination_watcher_fn = [] { return true; };
+  config.exit_fn = [&](const train::PreemptedError& e) { exits.push_back(e.checkpoint()); };
+  train::PreemptionCheckpointHandler handler(*job.strategy, *job.manager, config);
+  // The earlier failure is printed, not raised: the preemption's own save happens.
+  CHECK(handler.save_checkpoint_if_preempted(7));
+  REQUIRE(exits == std::vector<std::string>{(dir.path / "ckpt" / "ckpt-7").string()});
+  CHECK(job.manager->latest_checkpoint() == exits[0]);
 }
