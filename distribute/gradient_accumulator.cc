@@ -1,6 +1,5 @@
 #include <strata/distribute/gradient_accumulator.h>
 
-#include <algorithm>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -45,10 +44,7 @@ class TotalsHook final : public autograd::GradientReadyHook {
     // Variables this micro-batch did not reach, in the variables' order (the same on every
     // replica): their totals are reduced too.
     for (size_t i = 0; i < variables_.size(); ++i) {
-      if (!reported_[i] && earlier_[i].defined()) {
-        reducer_.gradient_ready(variables_[i], earlier_[i]);
-        late_.push_back(i);
-      }
+      if (!reported_[i] && earlier_[i].defined()) reducer_.gradient_ready(variables_[i], earlier_[i]);
     }
     reducer_.backward_done();
   }
@@ -56,18 +52,15 @@ class TotalsHook final : public autograd::GradientReadyHook {
   // Products need the total, which a factor pair is not: the tape computes them.
   bool accepts_product(DType, const Device&) const override { return false; }
 
-  // The tape's own gradients stand: one gradient tensor may be reported for several
-  // variables (the tape hands `a + b`'s gradient to both a and b), whose totals differ,
-  // so add() takes each variable's total by its index instead (final()).
-
   bool reported(size_t i) const { return reported_[i]; }
-  // What gradients() holds for variable i after the last micro-batch: its total, through
-  // the reducer (the replicas' sum under aggregate_gradients_in_backward).
+  // Whether variable i's total went to the reducer: reported by the tape, or (after
+  // backward_done) an earlier total the last micro-batch did not reach.
+  bool handed_over(size_t i) const { return reported_[i] || earlier_[i].defined(); }
+  // What gradients() holds for such a variable after the last micro-batch: its total,
+  // through the reducer (the replicas' sum under aggregate_gradients_in_backward). By
+  // index, not through final_gradient(reported): the tape may report one gradient tensor
+  // for several variables (`a + b`'s for both a and b), whose totals differ.
   Tensor final(size_t i) { return reducer_.final_gradient(reported_[i] ? totals_[i] : earlier_[i]); }
-
-  // The variables the last micro-batch did not reach whose totals were handed over at
-  // the end of its backward.
-  bool late(size_t i) const { return std::find(late_.begin(), late_.end(), i) != late_.end(); }
 
  private:
   autograd::GradientReadyHook& reducer_;
@@ -76,7 +69,6 @@ class TotalsHook final : public autograd::GradientReadyHook {
   std::vector<bool> reported_;
   std::unordered_map<uint64_t, size_t> index_;
   std::vector<Tensor> totals_;  // per variable, those reported
-  std::vector<size_t> late_;
 };
 
 }  // namespace
@@ -123,7 +115,7 @@ void GradientAccumulator::add(autograd::GradientTape& tape, const Tensor& loss, 
       STRATA_CHECK(!grads[i].defined() || hook.reported(i), "GradientAccumulator::add: variable ", i, " ('",
                    variables_[i].name(), "') got a gradient the tape did not report to the gradient reducer; "
                    "let the tape watch it as a Variable (watch_accessed_variables, or tape.watch(variable))");
-      if (hook.reported(i) || hook.late(i)) grads[i] = hook.final(i);
+      if (hook.handed_over(i)) grads[i] = hook.final(i);
     }
   } catch (...) {
     failed_ = true;

@@ -20,8 +20,8 @@
 //
 // apply_gradients then reduces the accumulated gradients in one go (not overlapped with a
 // backward pass; distribute::GradientAccumulator, gradient_accumulator.h, overlaps it with
-// the last micro-batch's backward). The scope may also be entered outside replica context, where it does
-// nothing. Refused under CommunicationOptions::aggregate_gradients_in_backward, whose
+// the last micro-batch's backward). The scope may also be entered outside replica context,
+// where it does nothing. Refused under CommunicationOptions::aggregate_gradients_in_backward, whose
 // apply_gradients takes the gradients it is given as the replicas' sums already.
 #pragma once
 

@@ -2,8 +2,8 @@
 // TFRecord framing (u64le length, masked CRC32C of the length, payload, masked CRC32C of
 // the payload) with both checksums verified, and each payload decoded as an Event of
 // train/event.proto — wall time, step, file version and the summary values SummaryWriter
-// writes (scalars, histograms, text, images), from strata's files or TensorFlow's. Fields it does
-// not know are skipped, as protobuf does.
+// writes (scalars, histograms, text, images), from strata's files or TensorFlow's. Fields
+// it does not know are skipped, as protobuf does.
 //
 // Event files come from other processes and other tools: every malformed input (a
 // truncated record, a checksum mismatch, a bad varint, a length past the end, a wire type

@@ -258,7 +258,8 @@ History fit(const nn::AnyModule& model, const LossFn& loss, const optim::Optimiz
   co.global_step = global_step;
   // Loops end at the mid-epoch checkpoints too, where the Controller saves.
   const int64_t every = options.checkpoint_every_steps;
-  co.steps_per_loop = every > 0 ? std::min(every, steps_per_epoch) : steps_per_epoch;
+  const int64_t steps_per_loop = every > 0 ? std::min(every, steps_per_epoch) : steps_per_epoch;
+  co.steps_per_loop = steps_per_loop;
   co.enable_async_checkpointing = options.async_checkpoint;
   co.progress.verbosity = options.verbose;
   if (!options.model_dir.empty()) {
@@ -267,7 +268,7 @@ History fit(const nn::AnyModule& model, const LossFn& loss, const optim::Optimiz
                           {"global_step", global_step},
                           {"train_input", trainer.input_state()}};
     manager.emplace(checkpoint, fs::path(options.model_dir) / "checkpoints", /*max_to_keep=*/3,
-                    /*checkpoint_interval=*/every > 0 ? std::min(every, steps_per_epoch) : steps_per_epoch);
+                    /*checkpoint_interval=*/steps_per_loop);
     co.checkpoint_manager = &*manager;
     co.summary_dir = (fs::path(options.model_dir) / "train").string();
     co.eval_summary_dir = (fs::path(options.model_dir) / "validation").string();

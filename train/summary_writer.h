@@ -41,9 +41,9 @@ class SummaryWriter {
   // A text summary: a scalar DT_STRING tensor, plugin "text" (Markdown in TensorBoard).
   void text(const std::string& tag, const std::string& text, int64_t step);
   // Images, as tf.summary.image: `images` is [k, height, width, channels] with 1 (grey),
-  // 2 (grey and alpha), 3 (RGB) or 4 (RGBA) channels, any device; floating values are in [0, 1] (scaled to
-  // 0..255 as TensorFlow converts them: floor(x * 255.5), clipped), integer values in
-  // 0..255 (clipped). The first max_outputs (>= 1) images are encoded as PNG and stored in
+  // 2 (grey and alpha), 3 (RGB) or 4 (RGBA) channels, any device; floating values are in
+  // [0, 1] (scaled to 0..255 as TensorFlow converts them: floor(x * 255.5), clipped),
+  // integer values in 0..255 (clipped). The first max_outputs (>= 1) images are encoded as PNG and stored in
   // TensorFlow 2's format (plugin "images"); NaN values are an error.
   void image(const std::string& tag, const Tensor& images, int64_t step, int64_t max_outputs = 3);
 
