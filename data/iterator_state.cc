@@ -72,6 +72,7 @@ const char* stage_tag_name(StageTag tag) {
     case StageTag::Prefetch: return "prefetch";
     case StageTag::BinaryRecords: return "binary_records";
     case StageTag::ReplicaSplit: return "distribute (split between replicas)";
+    case StageTag::ReplicaPipelines: return "distribute (one pipeline per replica)";
   }
   return "unknown";
 }

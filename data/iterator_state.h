@@ -52,7 +52,10 @@ enum class StageTag : int64_t {
   // distribute::DistributedDataset's stage that splits global batches between replicas
   // (distribute/replica_split_stage.h).
   ReplicaSplit,
-  Last = ReplicaSplit,
+  // distribute_datasets_from_function's stage that reads one pipeline per replica
+  // (InputReplicationMode::PerReplica, distribute/replica_pipelines_stage.h).
+  ReplicaPipelines,
+  Last = ReplicaPipelines,
 };
 const char* stage_tag_name(StageTag tag);
 

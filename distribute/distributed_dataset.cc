@@ -163,6 +163,10 @@ DistributedDataset::DistributedDataset(Strategy& strategy, data::Dataset dataset
     split.devices = devices;
     split.fetch = fetch;
     pipeline_ = split_between_replicas(dataset_, std::move(split));
+  } else if (mode == Mode::PerReplicaPipelines) {
+    // The replicas' pipelines, already placed on their devices by the stage; with
+    // several workers each reads input of its own.
+    per_worker_positions_ = strategy.num_workers() > 1;
   } else {
     // Each worker's function builds its own dataset.
     per_worker_positions_ = strategy.num_workers() > 1;

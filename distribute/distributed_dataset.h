@@ -10,7 +10,10 @@
 //
 // From distribute_datasets_from_function: the function's dataset yields per-replica
 // batches, handed to the local replicas in turn; when it ends part-way, the remaining
-// replicas get empty batches shaped like the first replica's.
+// replicas get empty batches shaped like the first replica's. With
+// InputOptions::experimental_replication_mode = PerReplica the function is called once per
+// replica instead and each replica reads its own dataset; a replica whose dataset has ended
+// gets empty batches while another's goes on (replica_pipelines_stage.h).
 //
 // Across W workers (MultiWorkerMirroredStrategy) experimental_distribute_dataset follows
 // InputOptions::auto_shard_policy, and a step of every worker together consumes one global
@@ -32,7 +35,8 @@
 // reads the whole pipeline, every worker's position is the same, and a position saved
 // under one strategy restores under another and under any replica count. With File and Off
 // sharding, and with distribute_datasets_from_function across workers, each worker reads
-// input of its own: a checkpoint then holds every worker's position
+// input of its own: a checkpoint then holds every worker's position (with one pipeline per
+// replica, every replica's)
 // (DistributedIterator::save_job_position), and resumes with the same number of workers.
 #pragma once
 
@@ -108,7 +112,9 @@ class DistributedDataset {
  public:
   enum class Mode {
     SplitGlobalBatches,  // experimental_distribute_dataset
-    PerReplicaElements,  // distribute_datasets_from_function
+    PerReplicaElements,   // distribute_datasets_from_function, one pipeline per worker
+    PerReplicaPipelines,  // distribute_datasets_from_function, one pipeline per replica:
+                          // `dataset` is combine_replica_pipelines' stage
   };
   DistributedDataset(Strategy& strategy, data::Dataset dataset, Mode mode, const InputOptions& options = {});
 

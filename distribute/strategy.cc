@@ -14,6 +14,7 @@
 #include <strata/distribute/distributed_dataset.h>
 #include <strata/distribute/distributed_variable.h>
 #include <strata/distribute/local_replica_context.h>
+#include <strata/distribute/replica_pipelines_stage.h>
 #include <strata/distribute/replica_threads.h>
 
 namespace strata::distribute {
@@ -349,6 +350,11 @@ std::vector<Tensor> Strategy::experimental_local_results(const Variable& var) co
 
 DistributedDataset Strategy::experimental_distribute_dataset(const data::Dataset& dataset, const InputOptions& options) {
   require_cross_replica("Strategy::experimental_distribute_dataset");
+  STRATA_CHECK(options.experimental_replication_mode == InputReplicationMode::PerWorker,
+               "Strategy::experimental_distribute_dataset: InputOptions::experimental_replication_mode = ",
+               input_replication_mode_name(options.experimental_replication_mode),
+               " is only supported by distribute_datasets_from_function (a dataset of global batches is split "
+               "between the replicas)");
   // Across workers, DistributedDataset shards by options.auto_shard_policy and splits each
   // global batch between the workers (see distributed_dataset.h).
   return DistributedDataset(*this, dataset, DistributedDataset::Mode::SplitGlobalBatches, options);
@@ -357,6 +363,18 @@ DistributedDataset Strategy::experimental_distribute_dataset(const data::Dataset
 DistributedDataset Strategy::distribute_datasets_from_function(
     const std::function<data::Dataset(const data::InputContext&)>& fn, const InputOptions& options) {
   require_cross_replica("Strategy::distribute_datasets_from_function");
+  if (options.experimental_replication_mode == InputReplicationMode::PerReplica) {
+    // One pipeline per replica of the job: this worker's replicas are pipelines
+    // [worker * n, (worker + 1) * n) of num_replicas_in_sync.
+    const int n = num_local_replicas();
+    std::vector<data::Dataset> pipelines;
+    for (int r = 0; r < n; ++r) {
+      pipelines.push_back(fn(data::InputContext(num_replicas_in_sync(), worker_index_ * n + r, num_replicas_in_sync())));
+    }
+    return DistributedDataset(*this,
+                              combine_replica_pipelines(pipelines, devices_, options.experimental_fetch_to_device),
+                              DistributedDataset::Mode::PerReplicaPipelines, options);
+  }
   data::InputContext ctx(num_workers_, worker_index_, num_replicas_in_sync());
   return DistributedDataset(*this, fn(ctx), DistributedDataset::Mode::PerReplicaElements, options);
 }

@@ -165,8 +165,9 @@ class Strategy {
 
   // Splits each global batch of `dataset` across the replicas (see distributed_dataset.h).
   DistributedDataset experimental_distribute_dataset(const data::Dataset& dataset, const InputOptions& options = {});
-  // Calls fn once per input pipeline (worker) with its InputContext; the dataset yields
-  // per-replica batches, handed to the local replicas in turn.
+  // Calls fn once per input pipeline with its InputContext: per worker, the dataset
+  // yielding per-replica batches handed to the local replicas in turn; or per replica
+  // (InputOptions::experimental_replication_mode = PerReplica), each replica reading its own.
   DistributedDataset distribute_datasets_from_function(
       const std::function<data::Dataset(const data::InputContext&)>& fn, const InputOptions& options = {});
   // fn(ValueContext) for every local replica, placed on that replica's device.

@@ -2,8 +2,8 @@
 // writer (fuzz/make_seeds.cc), which saves their states at several positions. Between them
 // they hold every stage whose record carries more than a tag: the read-ahead stages
 // (prefetch, parallel map) with their anchors, shuffle's buffer, unbatch, repeat, take, skip,
-// shard, zip, enumerate, cache, from_generator, and the split between replicas in both of
-// its modes. Every pipeline is finite and short, so that a state asking to replay a huge
+// shard, zip, enumerate, cache, from_generator, the split between replicas in both of its
+// modes, and the per-replica pipelines of distribute_datasets_from_function. Every pipeline is finite and short, so that a state asking to replay a huge
 // number of elements ends at the input's end instead of running for long.
 #pragma once
 
@@ -11,6 +11,7 @@
 
 #include <strata/core/ops.h>
 #include <strata/data/dataset.h>
+#include <strata/distribute/replica_pipelines_stage.h>
 #include <strata/distribute/replica_split_stage.h>
 
 namespace strata::fuzz {
@@ -45,6 +46,10 @@ inline std::vector<data::Dataset> iterator_state_pipelines() {
       split(numbers.shuffle(5, 2).batch(6).repeat(2), distribute::ReplicaSplitOptions::Mode::Rebatch, 4, 2, 0)
           .prefetch(1),
       split(numbers.batch(8), distribute::ReplicaSplitOptions::Mode::Keep, 3, 1, 2),
+      // Three replicas' pipelines that end at different steps.
+      distribute::combine_replica_pipelines(
+          {numbers.shuffle(4, 3).batch(5), rows.batch(2), numbers.take(6).batch(3).repeat(2)},
+          std::vector<Device>(3, Device()), /*fetch=*/false),
   };
 }
 

@@ -148,6 +148,144 @@ TEST_CASE("distribute_datasets_from_function: InputContext, per-replica elements
   REQUIRE(!it.next().has_value());
 }
 
+namespace {
+InputOptions per_replica_pipelines() { return {.experimental_replication_mode = InputReplicationMode::PerReplica}; }
+}  // namespace
+
+TEST_CASE("distribute_datasets_from_function per replica: one pipeline and InputContext per replica") {
+  for (int n : {1, 2, 3}) {
+    INFO("replicas " << n);
+    MirroredStrategy strategy(MirroredStrategy::cpu_devices(n));
+    std::vector<int64_t> ids;
+    // Replica r reads the examples i with i % n == r, in per-replica batches of 2.
+    auto dist = strategy.distribute_datasets_from_function(
+        [&](const data::InputContext& ctx) {
+          ids.push_back(ctx.input_pipeline_id());
+          REQUIRE(ctx.num_input_pipelines() == n);
+          REQUIRE(ctx.num_replicas_in_sync() == n);
+          return data::Dataset::range(6 * n)
+              .shard(ctx.num_input_pipelines(), ctx.input_pipeline_id())
+              .batch(ctx.get_per_replica_batch_size(2 * n));
+        },
+        per_replica_pipelines());
+    REQUIRE(ids == range_of(0, n));
+    int steps = 0;
+    for (auto& per_replica : dist) {
+      REQUIRE(int(per_replica.size()) == n);
+      for (int r = 0; r < n; ++r) {
+        const Tensor& t = per_replica[size_t(r)][0];
+        REQUIRE(t.device() == cpu(r));
+        REQUIRE(ints(t) == std::vector<int64_t>{(2 * steps) * n + r, (2 * steps + 1) * n + r});
+      }
+      ++steps;
+    }
+    REQUIRE(steps == 3);
+  }
+}
+
+TEST_CASE("distribute_datasets_from_function per replica: pipelines that end at different steps") {
+  MirroredStrategy strategy(MirroredStrategy::cpu_devices(3));
+  // Replica r has r + 1 batches of two components (ids and their doubles).
+  auto it = strategy
+                .distribute_datasets_from_function(
+                    [](const data::InputContext& ctx) {
+                      const int64_t r = ctx.input_pipeline_id();
+                      const data::Dataset ids = data::Dataset::range(100 * r, 100 * r + 2 * (r + 1));
+                      return data::Dataset::zip({ids, ids.map([](const data::Element& e) {
+                                                   return data::Element{add(e[0], e[0])};
+                                                 })})
+                          .batch(2);
+                    },
+                    per_replica_pipelines())
+                .make_iterator();
+  for (int step = 0; step < 3; ++step) {
+    INFO("step " << step);
+    auto batch = it.next();
+    REQUIRE(batch.has_value());
+    for (int r = 0; r < 3; ++r) {
+      const data::Batch& part = (*batch)[size_t(r)];
+      REQUIRE(part.size() == 2);
+      REQUIRE(part[1].device() == cpu(r));
+      if (step <= r) {
+        REQUIRE(ints(part[0]) == std::vector<int64_t>{100 * r + 2 * step, 100 * r + 2 * step + 1});
+        REQUIRE(ints(part[1]) == std::vector<int64_t>{2 * (100 * r + 2 * step), 2 * (100 * r + 2 * step + 1)});
+      } else {
+        // Ended: empty batches shaped like a running replica's, so the replica still steps.
+        REQUIRE(part[0].shape() == Shape{0});
+        REQUIRE(part[1].dtype() == kInt64);
+      }
+    }
+  }
+  REQUIRE(!it.next().has_value());
+  REQUIRE(!it.next().has_value());
+}
+
+TEST_CASE("distribute_datasets_from_function per replica: positions save and restore, per replica count") {
+  MirroredStrategy strategy(MirroredStrategy::cpu_devices(2));
+  // Shuffled and repeated: each replica's order depends on its own pipeline's position.
+  const auto fn = [](const data::InputContext& ctx) {
+    return data::Dataset::range(10 * ctx.input_pipeline_id(), 10 * ctx.input_pipeline_id() + 9)
+        .shuffle(5, 11)
+        .repeat(2)
+        .batch(ctx.input_pipeline_id() + 2);  // the replicas end at different steps
+  };
+  auto dist = strategy.distribute_datasets_from_function(fn, per_replica_pipelines());
+  const auto ids = [](const PerReplica<data::Batch>& batch) {  // replica after replica
+    return concat({batch[0][0], batch[1][0]}, 0).to_vector<int64_t>();
+  };
+  for (size_t stop : {size_t(2), size_t(7)}) {
+    INFO("stopped after " << stop << " steps");
+    auto first = dist.make_iterator();
+    for (size_t k = 0; k < stop; ++k) first.next();
+    const data::IteratorState state = first.save();
+    std::vector<std::vector<int64_t>> rest;
+    while (auto batch = first.next()) rest.push_back(ids(*batch));
+    REQUIRE(stop + rest.size() == 9);  // replica 0: 9 batches of 2, replica 1: 6 of 3
+    auto resumed = dist.make_iterator();
+    resumed.restore(state);
+    for (const auto& want : rest) {
+      auto batch = resumed.next();
+      REQUIRE(batch.has_value());
+      REQUIRE(ids(*batch) == want);
+    }
+    REQUIRE(!resumed.next().has_value());
+  }
+  // Each replica's position is its own: three replicas cannot take two replicas' positions.
+  auto two = dist.make_iterator();
+  two.next();
+  MirroredStrategy three(MirroredStrategy::cpu_devices(3));
+  auto other = three.distribute_datasets_from_function(fn, per_replica_pipelines()).make_iterator();
+  REQUIRE_THROWS_WITH(other.restore(two.save()), Catch::Contains("replica_pipelines(replicas=3"));
+}
+
+TEST_CASE("distribute_datasets_from_function per replica: errors name the replica") {
+  MirroredStrategy strategy(MirroredStrategy::cpu_devices(2));
+  auto mismatched = strategy
+                        .distribute_datasets_from_function(
+                            [](const data::InputContext& ctx) {
+                              const data::Dataset ids = data::Dataset::range(4);
+                              return ctx.input_pipeline_id() == 0 ? ids.batch(2)
+                                                                  : data::Dataset::zip({ids, ids}).batch(2);
+                            },
+                            per_replica_pipelines())
+                        .make_iterator();
+  REQUIRE_THROWS_WITH(mismatched.next(),
+                      Catch::Contains("replica 1's pipeline yielded an element of 2 components but replica 0's has 1"));
+  auto scalars = strategy
+                     .distribute_datasets_from_function(
+                         [](const data::InputContext& ctx) {
+                           return data::Dataset::range(ctx.input_pipeline_id() == 0 ? 1 : 3);
+                         },
+                         per_replica_pipelines())
+                     .make_iterator();
+  scalars.next();
+  REQUIRE_THROWS_WITH(scalars.next(), Catch::Contains("replica 0's pipeline has ended and replica 1's component of "
+                                                      "shape [] has no batch axis"));
+  REQUIRE_THROWS_WITH(strategy.experimental_distribute_dataset(data::Dataset::range(4).batch(2),
+                                                               per_replica_pipelines()),
+                      Catch::Contains("PerReplica is only supported by distribute_datasets_from_function"));
+}
+
 TEST_CASE("a distributed step over every batch: reduce with an axis counts every example once") {
   for (const auto& c : strata::distribute::testing::all_strategy_cases()) {
     INFO(c.label);

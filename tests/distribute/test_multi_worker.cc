@@ -60,6 +60,7 @@ struct Shards {
   std::map<int, int> steps;                         // worker -> steps
   std::map<int, std::vector<int64_t>> ids;          // worker -> ids in order
   std::map<int, std::vector<int64_t>> step_ids;     // step -> ids of every worker, worker order
+  std::map<std::pair<int, int>, std::vector<int64_t>> replica_ids;  // (worker, replica) -> ids
 };
 
 Shards parse_shards(const std::string& output, int workers) {
@@ -80,6 +81,7 @@ Shards parse_shards(const std::string& output, int workers) {
       for (int64_t id; in >> id;) {
         s.ids[w].push_back(id);
         s.step_ids[step].push_back(id);
+        s.replica_ids[{w, replica}].push_back(id);
       }
     }
   }
@@ -226,6 +228,27 @@ TEST_CASE("MultiWorkerMirrored: auto-sharding covers the data exactly once per e
       CHECK(s.steps[w] == 6);  // 3 batches of 8, rebatched into 2 parts of 4 per batch
     }
   }
+  SECTION("distribute_datasets_from_function per replica: replica r of worker w reads pipeline 2w + r of 4") {
+    auto r = launch(2, 2, {STRATA_MWMS_HELPER, "shard", "--from-function", "--per-replica", "--examples", "24",
+                           "--global-batch", "8"},
+                    120);
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    Shards s = parse_shards(r.output, 2);
+    std::multiset<int64_t> all;
+    for (auto& [w, ids] : s.ids) all.insert(ids.begin(), ids.end());
+    std::multiset<int64_t> want;
+    for (int64_t i = 0; i < 24; ++i) want.insert(i);
+    CHECK(all == want);
+    for (auto& [where, ids] : s.replica_ids) {
+      INFO("worker " << where.first << " replica " << where.second);
+      CHECK(ids.size() == 6);
+      for (int64_t id : ids) CHECK(id % 4 == 2 * where.first + where.second);  // its shard of the 4 pipelines
+    }
+    CHECK(s.replica_ids.size() == 4);
+    CHECK(s.steps[0] == 3);  // 6 ids per replica in batches of 8 / 4
+    CHECK(s.steps[1] == 3);
+  }
   SECTION("file: each worker reads its files, rebatched to its part of the global batch") {
     TempDir dir;
     std::string files;
@@ -305,6 +328,10 @@ TEST_CASE("MultiWorkerMirrored: a checkpoint holds each worker's input position 
          3},
         {"distribute_datasets_from_function, 2 replicas per worker", 2,
          {"--from-function", "--examples", "30", "--global-batch", "8", "--shuffle-buffer", "4", "--repeat", "2"},
+         3},
+        {"distribute_datasets_from_function with a pipeline per replica, 2 replicas per worker", 2,
+         {"--from-function", "--per-replica", "--examples", "30", "--global-batch", "8", "--shuffle-buffer", "4",
+          "--repeat", "2"},
          3},
     };
     for (const Case& c : cases) {

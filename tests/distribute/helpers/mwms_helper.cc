@@ -19,7 +19,8 @@
 //                           the chief's at PREFIX) after step K and stops; --restore
 //                           PREFIX resumes from one, numbering steps on from its step;
 //                           --from-function reads through distribute_datasets_from_function
-//                           instead (each worker's pipeline shard()ed by its InputContext)
+//                           instead (each worker's pipeline shard()ed by its InputContext;
+//                           --per-replica: each replica's, InputReplicationMode::PerReplica)
 // Exit status 0 means the checks passed.
 #include <signal.h>
 
@@ -202,7 +203,7 @@ int run_train(const std::string& out, int epochs, bool seed_per_worker, int die_
 struct ShardOptions {
   std::string policy = "auto", files, checkpoint, restore;
   int64_t examples = 40, global_batch = 8, shuffle_buffer = 0, repeat = 1, stop_after = -1;
-  bool from_function = false;
+  bool from_function = false, per_replica = false;
 };
 
 int run_shard(const ShardOptions& o) {
@@ -222,10 +223,13 @@ int run_shard(const ShardOptions& o) {
   };
   InputOptions options;
   options.auto_shard_policy = data::auto_shard_policy_from_name(o.policy);
-  auto dist = o.from_function ? s.distribute_datasets_from_function([&](const data::InputContext& ctx) {
-    return prepare(ds.shard(ctx.num_input_pipelines(), ctx.input_pipeline_id()),
-                   ctx.get_per_replica_batch_size(o.global_batch));
-  })
+  if (o.per_replica) options.experimental_replication_mode = InputReplicationMode::PerReplica;
+  auto dist = o.from_function ? s.distribute_datasets_from_function(
+                                    [&](const data::InputContext& ctx) {
+                                      return prepare(ds.shard(ctx.num_input_pipelines(), ctx.input_pipeline_id()),
+                                                     ctx.get_per_replica_batch_size(o.global_batch));
+                                    },
+                                    options)
                               : s.experimental_distribute_dataset(prepare(ds, o.global_batch), options);
   auto it = dist.make_iterator();
   train::Checkpoint checkpoint{{"input", train::distributed_input_state([&]() -> DistributedIterator& { return it; })}};
@@ -287,6 +291,7 @@ int main(int argc, char** argv) {
   shard->add_option("--checkpoint", so.checkpoint);
   shard->add_option("--restore", so.restore);
   shard->add_flag("--from-function", so.from_function);
+  shard->add_flag("--per-replica", so.per_replica);
   CLI11_PARSE(app, argc, argv);
   try {
     if (*coll) return run_collectives(timeout);
