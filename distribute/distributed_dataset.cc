@@ -12,6 +12,69 @@ namespace strata::distribute {
 
 // ---- iterator ----
 
+namespace {
+
+// Every worker's `words` (their counts may differ), in worker order: a collective.
+std::vector<std::vector<int64_t>> gather_words(Communicator& workers, const std::vector<int64_t>& words) {
+  const int64_t count = int64_t(words.size());
+  const Tensor counts =
+      cross_worker_concat(workers, Tensor::from_vector(std::vector<int64_t>{count}, {1}, kInt64, Device()), 0);
+  const std::vector<int64_t> all =
+      cross_worker_concat(workers, Tensor::from_vector(words, {count}, kInt64, Device()), 0).to_vector<int64_t>();
+  std::vector<std::vector<int64_t>> out;
+  size_t at = 0;
+  for (int64_t n : counts.to_vector<int64_t>()) {
+    const auto first = all.begin() + std::ptrdiff_t(at);
+    out.emplace_back(first, first + std::ptrdiff_t(n));
+    at += size_t(n);
+  }
+  return out;
+}
+
+using BatchSpec = std::vector<std::pair<DType, Shape>>;
+
+BatchSpec spec_of(const data::Batch& part) {
+  BatchSpec spec;
+  for (const Tensor& t : part) spec.emplace_back(t.dtype(), t.shape());
+  return spec;
+}
+
+// [components, then dtype, rank and extents of each]
+std::vector<int64_t> encode_spec(const BatchSpec& spec) {
+  std::vector<int64_t> words{int64_t(spec.size())};
+  for (const auto& [dtype, shape] : spec) {
+    words.push_back(int64_t(dtype));
+    words.push_back(int64_t(shape.size()));
+    words.insert(words.end(), shape.begin(), shape.end());
+  }
+  return words;
+}
+
+BatchSpec decode_spec(const std::vector<int64_t>& words, int from_worker) {
+  const auto bad = [&] {
+    return Error(::strata::detail::concat("DistributedIterator: worker ", from_worker,
+                                " sent a malformed description of its batches (", words.size(), " words)"));
+  };
+  size_t at = 0;
+  const auto take = [&] {
+    if (at >= words.size()) throw bad();
+    return words[at++];
+  };
+  BatchSpec spec;
+  const int64_t n = take();
+  if (n < 0 || n > int64_t(words.size())) throw bad();
+  for (int64_t k = 0; k < n; ++k) {
+    const int64_t dtype = take(), rank = take();
+    if (dtype < 0 || dtype > int64_t(DType::Bool) || rank < 0 || rank > int64_t(words.size())) throw bad();
+    Shape shape;
+    for (int64_t d = 0; d < rank; ++d) shape.push_back(take());
+    spec.emplace_back(DType(dtype), std::move(shape));
+  }
+  return spec;
+}
+
+}  // namespace
+
 DistributedIterator::DistributedIterator(Strategy& strategy, data::Iterator it, bool per_replica_elements,
                                          bool per_worker_positions)
     : strategy_(strategy),
@@ -26,21 +89,12 @@ JobInputPosition DistributedIterator::save_job_position() {
     position.states.push_back(mine);
     return position;
   }
-  // Every worker's words, concatenated in worker order, and how many each has.
   Communicator* workers = strategy_.worker_communicator();
   STRATA_CHECK(workers != nullptr, "DistributedIterator::save_job_position: positions per worker but no worker "
                "communicator");
-  const int64_t count = int64_t(mine.words.size());
-  const Tensor counts =
-      cross_worker_concat(*workers, Tensor::from_vector(std::vector<int64_t>{count}, {1}, kInt64, Device()), 0);
-  const std::vector<int64_t> all =
-      cross_worker_concat(*workers, Tensor::from_vector(mine.words, {count}, kInt64, Device()), 0).to_vector<int64_t>();
   position.per_worker = true;
-  size_t at = 0;
-  for (int64_t n : counts.to_vector<int64_t>()) {
-    const auto first = all.begin() + std::ptrdiff_t(at);
-    position.states.push_back(data::IteratorState{{first, first + std::ptrdiff_t(n)}});
-    at += size_t(n);
+  for (std::vector<int64_t>& words : gather_words(*workers, mine.words)) {
+    position.states.push_back(data::IteratorState{std::move(words)});
   }
   return position;
 }
@@ -71,6 +125,60 @@ void DistributedIterator::restore_job_position(const JobInputPosition& position)
 }
 
 std::optional<PerReplica<data::Batch>> DistributedIterator::next() {
+  if (per_worker_positions_ && strategy_.num_workers() > 1) return next_in_step_with_workers();
+  return next_on_this_worker();
+}
+
+std::optional<PerReplica<data::Batch>> DistributedIterator::next_in_step_with_workers() {
+  if (ended_on_every_worker_) return std::nullopt;
+  Communicator* workers = strategy_.worker_communicator();
+  STRATA_CHECK(workers != nullptr, "DistributedIterator::next: input per worker but no worker communicator");
+  std::optional<PerReplica<data::Batch>> mine = next_on_this_worker();
+  if (mine) batch_spec_ = spec_of((*mine)[0]);
+  // Which workers have a batch this step, and which have none and nothing to shape an
+  // empty one like: [has a batch]_w, then [needs a description]_w.
+  const int count = strategy_.num_workers(), me = strategy_.worker_index();
+  std::vector<int64_t> flags(size_t(2 * count), 0);
+  flags[size_t(me)] = mine ? 1 : 0;
+  flags[size_t(count + me)] = !mine && batch_spec_.empty() ? 1 : 0;
+  flags = cross_worker_all_reduce(*workers, ReduceOp::Sum, Tensor::from_vector(flags, {2 * count}, kInt64, Device()),
+                                  count)
+              .to_vector<int64_t>();
+  int first_with_batch = -1;
+  bool description_needed = false;
+  for (int w = 0; w < count; ++w) {
+    if (first_with_batch < 0 && flags[size_t(w)] > 0) first_with_batch = w;
+    description_needed |= flags[size_t(count + w)] > 0;
+  }
+  if (first_with_batch < 0) {
+    ended_on_every_worker_ = true;
+    return std::nullopt;
+  }
+  if (description_needed) {
+    // A worker without input so far: the first worker with a batch describes its batches.
+    const std::vector<std::vector<int64_t>> all =
+        gather_words(*workers, me == first_with_batch ? encode_spec(batch_spec_) : std::vector<int64_t>{});
+    if (!mine && batch_spec_.empty()) batch_spec_ = decode_spec(all[size_t(first_with_batch)], first_with_batch);
+  }
+  if (mine) return mine;
+  // This worker's input has ended while another's goes on: empty batches for its replicas.
+  std::vector<data::Batch> parts;
+  for (int r = 0; r < strategy_.num_local_replicas(); ++r) {
+    data::Batch empty;
+    for (const auto& [dtype, shape] : batch_spec_) {
+      STRATA_CHECK(!shape.empty(), "DistributedIterator::next: the input of worker ", me, " has ended while another "
+                   "worker's goes on, and its batches have a component of shape [] with no batch axis to build an "
+                   "empty batch from (give every worker the same number of batches, or components with a batch axis)");
+      Shape rows = shape;
+      rows[0] = 0;
+      empty.push_back(Tensor::empty(rows, dtype, strategy_.devices()[size_t(r)]));
+    }
+    parts.push_back(std::move(empty));
+  }
+  return PerReplica<data::Batch>(std::move(parts));
+}
+
+std::optional<PerReplica<data::Batch>> DistributedIterator::next_on_this_worker() {
   const int n = strategy_.num_local_replicas();
   if (per_replica_elements_) {
     std::vector<data::Batch> parts;

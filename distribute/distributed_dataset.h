@@ -24,10 +24,17 @@
 //  - File (and Auto when every worker can get a file): worker w reads only the files
 //    i with i % W == w; each batch it reads is cut into one part per replica of the job
 //    and the worker hands its local replicas consecutive parts (TensorFlow's rebatching).
-//    Workers whose file shards give different numbers of batches run different numbers
-//    of steps: give them equal shards, or repeat() the dataset.
 //  - Off: every worker reads the whole dataset and rebatches it as with File, so each
 //    example is used once per worker.
+//
+// Workers whose input is their own (File and Off sharding, distribute_datasets_from_function)
+// may have different numbers of batches. Every worker then runs as many steps as the one
+// with the most, as TensorFlow's partial batches do: each step the workers tell each other
+// whether they still have input (one small collective per step, only in these modes), a
+// worker whose input has ended gets empty batches (axis 0 of extent 0) shaped like the
+// input it had, or like another worker's when it had none, and the iterator ends on every
+// worker at once when every worker's input has ended. Without that, the worker with more
+// batches would wait in its step's collectives for workers that had stopped.
 //
 // Each replica's part is copied to its device and one batch per replica is prepared ahead
 // on a background thread (InputOptions). Iteration state can be saved and restored
@@ -67,7 +74,8 @@ class DistributedIterator {
   // per_worker_positions: each worker's position is its own (see above).
   DistributedIterator(Strategy& strategy, data::Iterator it, bool per_replica_elements,
                       bool per_worker_positions = false);
-  // The next element for every local replica, or nullopt at the end.
+  // The next element for every local replica, or nullopt at the end (with input of each
+  // worker's own across workers: a collective, see above).
   std::optional<PerReplica<data::Batch>> next();
   // This worker's position.
   data::IteratorState save() const { return it_.save(); }
@@ -102,10 +110,19 @@ class DistributedIterator {
   std::default_sentinel_t end() { return {}; }
 
  private:
+  // This worker's next element, without asking the other workers.
+  std::optional<PerReplica<data::Batch>> next_on_this_worker();
+  // next() across workers whose input is their own (see above).
+  std::optional<PerReplica<data::Batch>> next_in_step_with_workers();
+
   Strategy& strategy_;
   data::Iterator it_;
   bool per_replica_elements_;
   bool per_worker_positions_;
+  // The components of a replica's part (dtype and shape each), from the last element of
+  // this worker or, when it had none, of another's: empty batches are shaped like it.
+  std::vector<std::pair<DType, Shape>> batch_spec_;
+  bool ended_on_every_worker_ = false;
 };
 
 class DistributedDataset {

@@ -249,6 +249,55 @@ TEST_CASE("MultiWorkerMirrored: auto-sharding covers the data exactly once per e
     CHECK(s.steps[0] == 3);  // 6 ids per replica in batches of 8 / 4
     CHECK(s.steps[1] == 3);
   }
+  SECTION("file shards of unequal length: every worker steps until the last one's input ends") {
+    TempDir dir;
+    std::string files;
+    for (int f = 0; f < 3; ++f) {  // worker 0 reads files 0 and 2 (16 ids), worker 1 file 1 (8 ids)
+      const fs::path p = dir.path / ("part" + std::to_string(f) + ".bin");
+      std::ofstream out(p, std::ios::binary);
+      for (int64_t k = 0; k < 8; ++k) {
+        const int64_t id = f * 8 + k;
+        out.write(reinterpret_cast<const char*>(&id), sizeof id);
+      }
+      files += (files.empty() ? "" : ",") + p.string();
+    }
+    auto r = launch(2, 2,
+                    {STRATA_MWMS_HELPER, "shard", "--policy", "file", "--files", files, "--global-batch", "8",
+                     "--gather-each-step"},
+                    120);
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    Shards s = parse_shards(r.output, 2);
+    std::multiset<int64_t> all;
+    for (auto& [w, ids] : s.ids) all.insert(ids.begin(), ids.end());
+    std::multiset<int64_t> want;
+    for (int64_t i = 0; i < 24; ++i) want.insert(i);
+    CHECK(all == want);
+    CHECK(s.steps[0] == 4);  // 2 batches of 8, each cut into 4 parts, 2 per step
+    CHECK(s.steps[1] == 4);  // its 1 batch gave 2 steps; then 2 steps of empty batches
+    CHECK(s.ids[1].size() == 8);
+    // Each step's collective (a gather over the job) meets on both workers: the last two
+    // steps gather worker 0's ids only.
+    for (int w = 0; w < 2; ++w) {
+      const auto last = lines_with(r.output, "[worker " + std::to_string(w) + "] worker " + std::to_string(w) +
+                                                 " job step 3:");
+      REQUIRE(last.size() == 1);
+      CHECK(last[0].substr(last[0].find(':') + 1) == " 20 21 22 23");
+    }
+  }
+  SECTION("distribute_datasets_from_function: a worker without any input steps with empty batches") {
+    // range(1) sharded over 2 workers: worker 1's pipeline is empty from the start, so its
+    // empty batch is shaped like worker 0's.
+    auto r = launch(2, 1, {STRATA_MWMS_HELPER, "shard", "--from-function", "--examples", "1", "--global-batch", "2"},
+                    120);
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    Shards s = parse_shards(r.output, 2);
+    CHECK(s.ids[0] == std::vector<int64_t>{0});
+    CHECK(s.ids[1].empty());
+    CHECK(s.steps[0] == 1);
+    CHECK(s.steps[1] == 1);
+  }
   SECTION("file: each worker reads its files, rebatched to its part of the global batch") {
     TempDir dir;
     std::string files;

@@ -20,7 +20,9 @@
 //                           PREFIX resumes from one, numbering steps on from its step;
 //                           --from-function reads through distribute_datasets_from_function
 //                           instead (each worker's pipeline shard()ed by its InputContext;
-//                           --per-replica: each replica's, InputReplicationMode::PerReplica)
+//                           --per-replica: each replica's, InputReplicationMode::PerReplica);
+//                           --gather-each-step gathers every step's ids over the job
+//                           ("worker W job step S: ids")
 // Exit status 0 means the checks passed.
 #include <signal.h>
 
@@ -203,7 +205,7 @@ int run_train(const std::string& out, int epochs, bool seed_per_worker, int die_
 struct ShardOptions {
   std::string policy = "auto", files, checkpoint, restore;
   int64_t examples = 40, global_batch = 8, shuffle_buffer = 0, repeat = 1, stop_after = -1;
-  bool from_function = false, per_replica = false;
+  bool from_function = false, per_replica = false, gather_each_step = false;
 };
 
 int run_shard(const ShardOptions& o) {
@@ -239,6 +241,13 @@ int run_shard(const ShardOptions& o) {
     for (size_t r = 0; r < batch->size(); ++r) {
       std::cout << "worker " << s.worker_index() << " step " << step << " replica " << r << ":";
       for (int64_t id : (*batch)[r][0].to_vector<int64_t>()) std::cout << ' ' << id;
+      std::cout << '\n';
+    }
+    if (o.gather_each_step) {
+      // A collective over every replica of the job, as a training step's are.
+      const Tensor job = s.gather(s.run([](const data::Batch& b) { return b[0]; }, *batch), 0);
+      std::cout << "worker " << s.worker_index() << " job step " << step << ":";
+      for (int64_t id : job.to_vector<int64_t>()) std::cout << ' ' << id;
       std::cout << '\n';
     }
     ++step;
@@ -292,6 +301,7 @@ int main(int argc, char** argv) {
   shard->add_option("--restore", so.restore);
   shard->add_flag("--from-function", so.from_function);
   shard->add_flag("--per-replica", so.per_replica);
+  shard->add_flag("--gather-each-step", so.gather_each_step);
   CLI11_PARSE(app, argc, argv);
   try {
     if (*coll) return run_collectives(timeout);
