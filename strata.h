@@ -20,6 +20,7 @@
 #include <strata/train/checkpoint.h>
 #include <strata/train/clip.h>
 #include <strata/train/controller.h>
+#include <strata/train/callbacks.h>
 #include <strata/train/fit.h>
 #include <strata/train/loss_scale_optimizer.h>
 #include <strata/train/losses.h>

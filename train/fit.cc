@@ -276,6 +276,15 @@ History fit(const nn::AnyModule& model, const LossFn& loss, const optim::Optimiz
   Controller controller(co);  // restores the latest checkpoint of model_dir
 
   History history;
+  // The callbacks see the model and optimizer for the length of this call, also when it
+  // throws.
+  struct Training {
+    const std::vector<Callback*>& callbacks;
+    ~Training() {
+      for (Callback* cb : callbacks) cb->set_training(nullptr, nullptr);
+    }
+  } training{options.callbacks};
+  for (Callback* cb : options.callbacks) cb->set_training(&model, &optimizer);
   for (Callback* cb : options.callbacks) cb->clear_stop_request();
   for (Callback* cb : options.callbacks) cb->on_train_begin();
   for (int64_t epoch = controller.global_step() / steps_per_epoch; epoch < options.epochs; ++epoch) {

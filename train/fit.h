@@ -60,7 +60,8 @@ struct History {
 };
 
 // Hooks around fit's epochs (Keras's Callback). A callback may call request_stop() to end
-// training after the current epoch (Keras's model.stop_training = True).
+// training after the current epoch (Keras's model.stop_training = True). Keras's
+// EarlyStopping and ReduceLROnPlateau are in train/callbacks.h.
 class Callback {
  public:
   virtual ~Callback() = default;
@@ -73,8 +74,19 @@ class Callback {
   bool stop_requested() const { return stop_requested_; }
   void clear_stop_request() { stop_requested_ = false; }
 
+  // The model and optimizer fit is training (Keras's callback.model), set by fit from
+  // before on_train_begin to after on_train_end; null outside fit.
+  const nn::AnyModule* model() const { return model_; }
+  const optim::Optimizer* optimizer() const { return optimizer_; }
+  void set_training(const nn::AnyModule* model, const optim::Optimizer* optimizer) {
+    model_ = model;
+    optimizer_ = optimizer;
+  }
+
  private:
   bool stop_requested_ = false;
+  const nn::AnyModule* model_ = nullptr;
+  const optim::Optimizer* optimizer_ = nullptr;
 };
 
 // A callback made of functions (Keras's LambdaCallback); empty ones do nothing.

@@ -52,6 +52,11 @@ int64_t Optimizer::iterations_value() const { return iterations().value().item<i
 
 double Optimizer::learning_rate() const { return state().learning_rate_(iterations_value()); }
 
+bool Optimizer::learning_rate_is_constant() const {
+  std::lock_guard<std::mutex> lock(state().mu_);
+  return state().learning_rate_.is_constant();
+}
+
 void Optimizer::set_learning_rate(LearningRate learning_rate) const {
   std::lock_guard<std::mutex> lock(state().mu_);
   state().learning_rate_ = std::move(learning_rate);

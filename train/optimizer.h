@@ -130,6 +130,8 @@ class Optimizer {
   // The learning rate the next update will use (the schedule at iterations_value()).
   double learning_rate() const;
   void set_learning_rate(LearningRate learning_rate) const;
+  // False when the learning rate is a schedule of the step.
+  bool learning_rate_is_constant() const;
 
   std::vector<std::string> slot_names() const { return impl().slot_names(); }
   // The named slot of `var`, when created.
