@@ -67,7 +67,11 @@ BatchSpec decode_spec(const std::vector<int64_t>& words, int from_worker) {
     const int64_t dtype = take(), rank = take();
     if (dtype < 0 || dtype > int64_t(DType::Bool) || rank < 0 || rank > int64_t(words.size())) throw bad();
     Shape shape;
-    for (int64_t d = 0; d < rank; ++d) shape.push_back(take());
+    for (int64_t d = 0; d < rank; ++d) {
+      const int64_t extent = take();
+      if (extent < 0) throw bad();
+      shape.push_back(extent);
+    }
     spec.emplace_back(DType(dtype), std::move(shape));
   }
   return spec;
@@ -75,17 +79,31 @@ BatchSpec decode_spec(const std::vector<int64_t>& words, int from_worker) {
 
 }  // namespace
 
-DistributedIterator::DistributedIterator(Strategy& strategy, data::Iterator it, bool per_replica_elements,
-                                         bool per_worker_positions)
-    : strategy_(strategy),
-      it_(std::move(it)),
-      per_replica_elements_(per_replica_elements),
-      per_worker_positions_(per_worker_positions) {}
+DistributedIterator::DistributedIterator(Strategy& strategy, data::Iterator it, Options options)
+    : strategy_(strategy), it_(std::move(it)), options_(options) {}
+
+void DistributedIterator::restore(const data::IteratorState& state) { restore_position(state); }
+
+void DistributedIterator::restore_position(const data::IteratorState& state) {
+  try {
+    it_.restore(state);
+  } catch (const Error& e) {
+    if (!options_.replica_pipelines) throw;
+    throw Error(::strata::detail::concat(
+        "distribute_datasets_from_function (InputReplicationMode::PerReplica, ", strategy_.num_local_replicas(),
+        " local replicas): the saved position does not restore into this worker's replicas' pipelines; each "
+        "replica's position is its own, so resume with the number of replicas and the dataset function it was "
+        "saved with (", e.what(), ")"));
+  }
+  // What the previous position knew of the input's end no longer holds.
+  ended_on_every_worker_ = false;
+  batch_spec_.clear();
+}
 
 JobInputPosition DistributedIterator::save_job_position() {
   JobInputPosition position;
   const data::IteratorState mine = it_.save();
-  if (!per_worker_positions_) {
+  if (!options_.per_worker_positions) {
     position.states.push_back(mine);
     return position;
   }
@@ -101,7 +119,7 @@ JobInputPosition DistributedIterator::save_job_position() {
 
 void DistributedIterator::restore_job_position(const JobInputPosition& position) {
   const int workers = strategy_.num_workers();
-  if (!per_worker_positions_) {
+  if (!options_.per_worker_positions) {
     STRATA_CHECK(!position.per_worker,
                  "DistributedIterator::restore_job_position: the checkpoint holds the input positions of ",
                  position.states.size(), " workers that each read input of their own (File/Off auto-sharding, or "
@@ -110,7 +128,7 @@ void DistributedIterator::restore_job_position(const JobInputPosition& position)
                  "): resume with the sharding and the number of workers it was saved with");
     STRATA_CHECK(position.states.size() == 1, "DistributedIterator::restore_job_position: expected one shared "
                  "position, got ", position.states.size());
-    it_.restore(position.states[0]);
+    restore_position(position.states[0]);
     return;
   }
   STRATA_CHECK(position.per_worker,
@@ -121,66 +139,117 @@ void DistributedIterator::restore_job_position(const JobInputPosition& position)
   STRATA_CHECK(int(position.states.size()) == workers, "DistributedIterator::restore_job_position: the checkpoint "
                "holds the input positions of ", position.states.size(), " workers that each read input of their own, "
                "but this job has ", workers, " workers: resume with ", position.states.size(), " workers");
-  it_.restore(position.states[size_t(strategy_.worker_index())]);
+  restore_position(position.states[size_t(strategy_.worker_index())]);
 }
 
 std::optional<PerReplica<data::Batch>> DistributedIterator::next() {
-  if (per_worker_positions_ && strategy_.num_workers() > 1) return next_in_step_with_workers();
+  if (options_.per_worker_positions && strategy_.num_workers() > 1) return next_in_step_with_workers();
   return next_on_this_worker();
 }
+
+std::vector<data::Batch> DistributedIterator::empty_batches(const std::vector<std::pair<DType, Shape>>& spec,
+                                                            int first) const {
+  std::vector<data::Batch> parts;
+  for (int r = first; r < strategy_.num_local_replicas(); ++r) {
+    data::Batch empty;
+    for (const auto& [dtype, shape] : spec) {
+      Shape rows = shape;
+      rows[0] = 0;
+      empty.push_back(Tensor::empty(rows, dtype, options_.fetch ? strategy_.devices()[size_t(r)] : Device()));
+    }
+    parts.push_back(std::move(empty));
+  }
+  return parts;
+}
+
+namespace {
+// Why empty batches cannot be shaped like `spec`, or "".
+std::string cannot_shape_empty(const BatchSpec& spec) {
+  for (size_t k = 0; k < spec.size(); ++k) {
+    if (spec[k].second.empty()) {
+      return ::strata::detail::concat("component ", k, " has shape [], no batch axis to build an empty batch from");
+    }
+  }
+  return "";
+}
+}  // namespace
 
 std::optional<PerReplica<data::Batch>> DistributedIterator::next_in_step_with_workers() {
   if (ended_on_every_worker_) return std::nullopt;
   Communicator* workers = strategy_.worker_communicator();
   STRATA_CHECK(workers != nullptr, "DistributedIterator::next: input per worker but no worker communicator");
-  std::optional<PerReplica<data::Batch>> mine = next_on_this_worker();
-  if (mine) batch_spec_ = spec_of((*mine)[0]);
-  // Which workers have a batch this step, and which have none and nothing to shape an
-  // empty one like: [has a batch]_w, then [needs a description]_w.
   const int count = strategy_.num_workers(), me = strategy_.worker_index();
-  std::vector<int64_t> flags(size_t(2 * count), 0);
-  flags[size_t(me)] = mine ? 1 : 0;
-  flags[size_t(count + me)] = !mine && batch_spec_.empty() ? 1 : 0;
-  flags = cross_worker_all_reduce(*workers, ReduceOp::Sum, Tensor::from_vector(flags, {2 * count}, kInt64, Device()),
-                                  count)
-              .to_vector<int64_t>();
+  const auto exchange = [&](const std::vector<int64_t>& words) {
+    return cross_worker_all_reduce(*workers, ReduceOp::Sum,
+                                   Tensor::from_vector(words, {int64_t(words.size())}, kInt64, Device()), count)
+        .to_vector<int64_t>();
+  };
+  if (!exchange_each_step_) {
+    // Decided together: when no worker's pipeline can end, there is nothing to agree on.
+    exchange_each_step_ = exchange({options_.infinite ? 0 : 1})[0] > 0;
+  }
+  if (!*exchange_each_step_) return next_on_this_worker();
+  // This worker's batch, or its failure, which every worker then raises at this step.
+  std::optional<PerReplica<data::Batch>> mine;
+  std::exception_ptr failure;
+  try {
+    mine = next_on_this_worker();
+    if (mine) batch_spec_ = spec_of((*mine)[0]);
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  // Per worker: [has a batch], [has none and nothing to shape empty ones like], [failed],
+  // [has none and cannot shape empty ones like its own].
+  const auto at = [&](int group, int w) { return size_t(group * count + w); };
+  std::vector<int64_t> flags(size_t(4 * count), 0);
+  flags[at(0, me)] = mine ? 1 : 0;
+  flags[at(1, me)] = !failure && !mine && batch_spec_.empty() ? 1 : 0;
+  flags[at(2, me)] = failure ? 1 : 0;
+  flags[at(3, me)] = !failure && !mine && !cannot_shape_empty(batch_spec_).empty() ? 1 : 0;
+  flags = exchange(flags);
   int first_with_batch = -1;
   bool description_needed = false;
   for (int w = 0; w < count; ++w) {
-    if (first_with_batch < 0 && flags[size_t(w)] > 0) first_with_batch = w;
-    description_needed |= flags[size_t(count + w)] > 0;
+    if (first_with_batch < 0 && flags[at(0, w)] > 0) first_with_batch = w;
+    description_needed |= flags[at(1, w)] > 0;
+  }
+  for (int w = 0; w < count; ++w) {
+    if (flags[at(2, w)] == 0) continue;
+    if (w == me) std::rethrow_exception(failure);
+    fail("DistributedIterator::next: the input of worker ", w, " failed at this step (its error is reported there); "
+         "every worker stops here");
+  }
+  for (int w = 0; w < count; ++w) {
+    if (flags[at(3, w)] == 0 || first_with_batch < 0) continue;
+    fail("DistributedIterator::next: the input of worker ", w, " has ended while worker ", first_with_batch,
+         "'s goes on, and its batches cannot be shaped empty: ", w == me ? cannot_shape_empty(batch_spec_)
+                                                                         : std::string("a component has no batch axis"),
+         " (give every worker the same number of batches, or components with a batch axis)");
   }
   if (first_with_batch < 0) {
     ended_on_every_worker_ = true;
     return std::nullopt;
   }
   if (description_needed) {
-    // A worker without input so far: the first worker with a batch describes its batches.
+    // A worker without input so far: the first worker with a batch describes its batches,
+    // and every worker checks the description the same way.
     const std::vector<std::vector<int64_t>> all =
         gather_words(*workers, me == first_with_batch ? encode_spec(batch_spec_) : std::vector<int64_t>{});
-    if (!mine && batch_spec_.empty()) batch_spec_ = decode_spec(all[size_t(first_with_batch)], first_with_batch);
+    const BatchSpec described = decode_spec(all[size_t(first_with_batch)], first_with_batch);
+    const std::string why = cannot_shape_empty(described);
+    STRATA_CHECK(why.empty(), "DistributedIterator::next: a worker without any input needs empty batches shaped like "
+                 "worker ", first_with_batch, "'s, whose ", why,
+                 " (give every worker the same number of batches, or components with a batch axis)");
+    if (!mine && batch_spec_.empty()) batch_spec_ = described;
   }
   if (mine) return mine;
   // This worker's input has ended while another's goes on: empty batches for its replicas.
-  std::vector<data::Batch> parts;
-  for (int r = 0; r < strategy_.num_local_replicas(); ++r) {
-    data::Batch empty;
-    for (const auto& [dtype, shape] : batch_spec_) {
-      STRATA_CHECK(!shape.empty(), "DistributedIterator::next: the input of worker ", me, " has ended while another "
-                   "worker's goes on, and its batches have a component of shape [] with no batch axis to build an "
-                   "empty batch from (give every worker the same number of batches, or components with a batch axis)");
-      Shape rows = shape;
-      rows[0] = 0;
-      empty.push_back(Tensor::empty(rows, dtype, strategy_.devices()[size_t(r)]));
-    }
-    parts.push_back(std::move(empty));
-  }
-  return PerReplica<data::Batch>(std::move(parts));
+  return PerReplica<data::Batch>(empty_batches(batch_spec_, 0));
 }
 
 std::optional<PerReplica<data::Batch>> DistributedIterator::next_on_this_worker() {
   const int n = strategy_.num_local_replicas();
-  if (per_replica_elements_) {
+  if (options_.per_replica_elements) {
     std::vector<data::Batch> parts;
     for (int r = 0; r < n; ++r) {
       auto e = it_.next();
@@ -188,18 +257,11 @@ std::optional<PerReplica<data::Batch>> DistributedIterator::next_on_this_worker(
         if (r == 0) return std::nullopt;
         // Fewer elements than replicas at the end: the rest get empty batches shaped like
         // the first one, so every replica still runs the step.
-        for (int k = r; k < n; ++k) {
-          data::Batch empty;
-          for (const Tensor& t : parts[0]) {
-            STRATA_CHECK(t.ndim() >= 1, "distribute_datasets_from_function: replica ", k,
-                         " has no element left and the first replica's component of shape ", shape_str(t.shape()),
-                         " has no batch axis to build an empty batch from");
-            Shape shape = t.shape();
-            shape[0] = 0;
-            empty.push_back(Tensor::empty(shape, t.dtype(), strategy_.devices()[size_t(k)]));
-          }
-          parts.push_back(std::move(empty));
-        }
+        const BatchSpec spec = spec_of(parts[0]);
+        const std::string why = cannot_shape_empty(spec);
+        STRATA_CHECK(why.empty(), "distribute_datasets_from_function: replica ", r,
+                     " has no element left and the first replica's ", why);
+        for (data::Batch& empty : empty_batches(spec, r)) parts.push_back(std::move(empty));
         break;
       }
       parts.push_back(std::move(*e));
@@ -254,7 +316,11 @@ data::Dataset DistributedDataset::split_across_workers(Strategy& strategy, const
 
 DistributedDataset::DistributedDataset(Strategy& strategy, data::Dataset dataset, Mode mode,
                                        const InputOptions& options)
-    : strategy_(&strategy), dataset_(std::move(dataset)), pipeline_(dataset_), mode_(mode) {
+    : strategy_(&strategy),
+      dataset_(std::move(dataset)),
+      pipeline_(dataset_),
+      mode_(mode),
+      fetch_(options.experimental_fetch_to_device) {
   STRATA_CHECK(options.experimental_per_replica_buffer_size >= 0,
                "InputOptions: experimental_per_replica_buffer_size must be >= 0, got ",
                options.experimental_per_replica_buffer_size);
@@ -292,8 +358,13 @@ DistributedDataset::DistributedDataset(Strategy& strategy, data::Dataset dataset
 }
 
 DistributedIterator DistributedDataset::make_iterator() const {
-  return DistributedIterator(*strategy_, pipeline_.make_iterator(), mode_ == Mode::PerReplicaElements,
-                             per_worker_positions_);
+  DistributedIterator::Options o;
+  o.per_replica_elements = mode_ == Mode::PerReplicaElements;
+  o.replica_pipelines = mode_ == Mode::PerReplicaPipelines;
+  o.per_worker_positions = per_worker_positions_;
+  o.fetch = fetch_;
+  o.infinite = pipeline_.cardinality() == data::kInfiniteCardinality;
+  return DistributedIterator(*strategy_, pipeline_.make_iterator(), o);
 }
 
 DistributedIterator::RangeIterator DistributedDataset::begin() {

@@ -34,7 +34,14 @@
 // worker whose input has ended gets empty batches (axis 0 of extent 0) shaped like the
 // input it had, or like another worker's when it had none, and the iterator ends on every
 // worker at once when every worker's input has ended. Without that, the worker with more
-// batches would wait in its step's collectives for workers that had stopped.
+// batches would wait in its step's collectives for workers that had stopped. A worker whose
+// input fails tells the others in the same exchange, so every worker raises at that step.
+// When every worker's pipeline is infinite (repeat()) there is no end to agree on and no
+// exchange. On GPU replicas across workers over NCCL the exchange reads back on the host,
+// so each such step waits for the previous one's GPU work (TensorFlow's partial batches
+// cost the same). A step that may get empty batches computes its loss with the global
+// batch size given (compute_average_loss(losses, global_batch)): without it an empty
+// local batch raises, as in TensorFlow.
 //
 // Each replica's part is copied to its device and one batch per replica is prepared ahead
 // on a background thread (InputOptions). Iteration state can be saved and restored
@@ -70,16 +77,28 @@ struct JobInputPosition {
 
 class DistributedIterator {
  public:
-  // `it` runs the prepared pipeline; each element holds n groups of `components` tensors.
-  // per_worker_positions: each worker's position is its own (see above).
-  DistributedIterator(Strategy& strategy, data::Iterator it, bool per_replica_elements,
-                      bool per_worker_positions = false);
+  struct Options {
+    // Elements are per-replica batches handed to the replicas in turn (one pipeline per
+    // worker); otherwise each element holds every local replica's part, flattened.
+    bool per_replica_elements = false;
+    // The elements come from one pipeline per replica (replica_pipelines_stage.h).
+    bool replica_pipelines = false;
+    // Each worker's position is its own (see above).
+    bool per_worker_positions = false;
+    // Parts are on the replicas' devices (InputOptions::experimental_fetch_to_device):
+    // empty batches are made there too, else on the host.
+    bool fetch = true;
+    // The pipeline never ends (repeated): workers need not tell each other it has.
+    bool infinite = false;
+  };
+  // `it` runs the prepared pipeline.
+  DistributedIterator(Strategy& strategy, data::Iterator it, Options options);
   // The next element for every local replica, or nullopt at the end (with input of each
   // worker's own across workers: a collective, see above).
   std::optional<PerReplica<data::Batch>> next();
   // This worker's position.
   data::IteratorState save() const { return it_.save(); }
-  void restore(const data::IteratorState& state) { it_.restore(state); }
+  void restore(const data::IteratorState& state);
 
   // The job's position: this worker's when every worker's is the same, otherwise every
   // worker's, gathered over the worker communicator — then a collective: every worker
@@ -114,15 +133,21 @@ class DistributedIterator {
   std::optional<PerReplica<data::Batch>> next_on_this_worker();
   // next() across workers whose input is their own (see above).
   std::optional<PerReplica<data::Batch>> next_in_step_with_workers();
+  // Empty batches for local replicas [first, n), shaped like `spec`.
+  std::vector<data::Batch> empty_batches(const std::vector<std::pair<DType, Shape>>& spec, int first) const;
+  // it_.restore, naming the per-replica pipelines when the state is not theirs.
+  void restore_position(const data::IteratorState& state);
 
   Strategy& strategy_;
   data::Iterator it_;
-  bool per_replica_elements_;
-  bool per_worker_positions_;
+  Options options_;
   // The components of a replica's part (dtype and shape each), from the last element of
   // this worker or, when it had none, of another's: empty batches are shaped like it.
   std::vector<std::pair<DType, Shape>> batch_spec_;
   bool ended_on_every_worker_ = false;
+  // Whether the workers exchange each step whether they have a batch: decided by them
+  // all at the first next() (not when every worker's pipeline is infinite).
+  std::optional<bool> exchange_each_step_;
 };
 
 class DistributedDataset {
@@ -139,7 +164,8 @@ class DistributedDataset {
   // Range-for: each loop gets a fresh iterator (one epoch).
   DistributedIterator::RangeIterator begin();
   std::default_sentinel_t end() { return {}; }
-  // The dataset as given (before splitting, placement and prefetching).
+  // The dataset as given (before splitting, placement and prefetching); with one pipeline
+  // per replica, the stage combining them (replica_pipelines_stage.h).
   const data::Dataset& dataset() const { return dataset_; }
 
  private:
@@ -153,6 +179,7 @@ class DistributedDataset {
   data::Dataset pipeline_;  // dataset_ with the split / placement / prefetch stages
   Mode mode_;
   bool per_worker_positions_ = false;  // see DistributedIterator
+  bool fetch_ = true;
   std::shared_ptr<DistributedIterator> active_;  // the iterator of the current range-for
 };
 

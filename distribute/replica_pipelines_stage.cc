@@ -25,12 +25,14 @@ class ReplicaPipelinesNode final : public data::detail::DatasetNode {
   // The longest input's: the stage ends when every input has ended.
   int64_t cardinality() const override {
     int64_t longest = 0;
+    bool unknown = false;
     for (const auto& in : inputs_) {
       const int64_t c = in->cardinality();
-      if (c == data::kUnknownCardinality || c == data::kInfiniteCardinality) return c;
+      if (c == data::kInfiniteCardinality) return c;
+      unknown |= c == data::kUnknownCardinality;
       longest = std::max(longest, c);
     }
-    return longest;
+    return unknown ? data::kUnknownCardinality : longest;
   }
   std::string name() const override {
     return data::detail::str_of("replica_pipelines(replicas=", inputs_.size(), fetch_ ? ", fetch" : "", ")");
@@ -95,7 +97,7 @@ class ReplicaPipelinesIterator final : public IteratorBase {
                      " has no batch axis to build an empty batch from");
         Shape shape = t.shape();
         shape[0] = 0;
-        out.push_back(Tensor::empty(shape, t.dtype(), node_.devices_[r]));
+        out.push_back(Tensor::empty(shape, t.dtype(), node_.fetch_ ? node_.devices_[r] : t.device()));
       }
     }
     return out;

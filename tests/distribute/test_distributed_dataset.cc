@@ -255,7 +255,12 @@ TEST_CASE("distribute_datasets_from_function per replica: positions save and res
   two.next();
   MirroredStrategy three(MirroredStrategy::cpu_devices(3));
   auto other = three.distribute_datasets_from_function(fn, per_replica_pipelines()).make_iterator();
-  REQUIRE_THROWS_WITH(other.restore(two.save()), Catch::Contains("replica_pipelines(replicas=3"));
+  REQUIRE_THROWS_WITH(other.restore(two.save()),
+                      Catch::Contains("(InputReplicationMode::PerReplica, 3 local replicas): the saved position does "
+                                      "not restore") &&
+                          Catch::Contains("resume with the number of replicas and the dataset function it was saved "
+                                          "with") &&
+                          Catch::Contains("replica_pipelines(replicas=3"));
 }
 
 TEST_CASE("distribute_datasets_from_function per replica: errors name the replica") {

@@ -288,7 +288,9 @@ TEST_CASE("MultiWorkerMirrored: auto-sharding covers the data exactly once per e
   SECTION("distribute_datasets_from_function: a worker without any input steps with empty batches") {
     // range(1) sharded over 2 workers: worker 1's pipeline is empty from the start, so its
     // empty batch is shaped like worker 0's.
-    auto r = launch(2, 1, {STRATA_MWMS_HELPER, "shard", "--from-function", "--examples", "1", "--global-batch", "2"},
+    auto r = launch(2, 1,
+                    {STRATA_MWMS_HELPER, "shard", "--from-function", "--examples", "1", "--global-batch", "2",
+                     "--gather-each-step"},
                     120);
     INFO(r.output);
     REQUIRE(r.exit_code == 0);
@@ -297,6 +299,34 @@ TEST_CASE("MultiWorkerMirrored: auto-sharding covers the data exactly once per e
     CHECK(s.ids[1].empty());
     CHECK(s.steps[0] == 1);
     CHECK(s.steps[1] == 1);
+    // The empty int64 batch joined worker 0's in a gather over the job.
+    CHECK(lines_with(r.output, "[worker 1] worker 1 job step 0: 0").size() == 1);
+  }
+  SECTION("a worker whose input fails makes every worker raise at that step") {
+    auto r = launch(2, 1,
+                    {STRATA_MWMS_HELPER, "shard", "--policy", "off", "--examples", "12", "--global-batch", "2",
+                     "--fail-worker", "1", "--fail-at", "6"},
+                    120);
+    INFO(r.output);
+    CHECK(r.exit_code != 0);
+    CHECK(lines_with(r.output, "[worker 1] error: the input broke at element 6").size() == 1);
+    CHECK(lines_with(r.output, "[worker 0] error: DistributedIterator::next: the input of worker 1 failed at this "
+                               "step").size() == 1);
+    // Each worker reads all 12 ids, one per step: id 6 was step 6's, where both stopped.
+    CHECK(lines_with(r.output, "[worker 0] worker 0 step 5 replica 0: 5").size() == 1);
+    CHECK(lines_with(r.output, "[worker 0] worker 0 step 6").empty());
+  }
+  SECTION("repeated input: no end to agree on, the workers step on") {
+    TempDir dir;
+    auto r = launch(2, 2,
+                    {STRATA_MWMS_HELPER, "shard", "--policy", "off", "--examples", "10", "--global-batch", "4",
+                     "--repeat", "-1", "--stop-after", "7", "--checkpoint", (dir.path / "input").string()},
+                    120);
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    Shards s = parse_shards(r.output, 2);
+    CHECK(s.steps[0] == 7);
+    CHECK(s.steps[1] == 7);
   }
   SECTION("file: each worker reads its files, rebatched to its part of the global batch") {
     TempDir dir;

@@ -22,7 +22,8 @@
 //                           instead (each worker's pipeline shard()ed by its InputContext;
 //                           --per-replica: each replica's, InputReplicationMode::PerReplica);
 //                           --gather-each-step gathers every step's ids over the job
-//                           ("worker W job step S: ids")
+//                           ("worker W job step S: ids"); --fail-worker W --fail-at I:
+//                           worker W's input throws at the element with id I
 // Exit status 0 means the checks passed.
 #include <signal.h>
 
@@ -206,6 +207,8 @@ struct ShardOptions {
   std::string policy = "auto", files, checkpoint, restore;
   int64_t examples = 40, global_batch = 8, shuffle_buffer = 0, repeat = 1, stop_after = -1;
   bool from_function = false, per_replica = false, gather_each_step = false;
+  int fail_worker = -1;  // this worker's input throws at its element fail_at
+  int64_t fail_at = 0;
 };
 
 int run_shard(const ShardOptions& o) {
@@ -218,6 +221,12 @@ int run_shard(const ShardOptions& o) {
     data::BinaryRecordSpec spec;
     spec.fields = {{data::RecordType::Int64, {}, kInt64}};
     ds = data::binary_records(list, spec);
+  }
+  if (o.fail_worker == s.worker_index()) {
+    ds = ds.map([at = o.fail_at](const data::Element& e) {
+      if (e[0].item<int64_t>() == at) throw Error("the input broke at element " + std::to_string(at));
+      return e;
+    });
   }
   auto prepare = [&](data::Dataset d, int64_t batch) {
     if (o.shuffle_buffer > 0) d = d.shuffle(o.shuffle_buffer, /*seed=*/3);
@@ -302,6 +311,8 @@ int main(int argc, char** argv) {
   shard->add_flag("--from-function", so.from_function);
   shard->add_flag("--per-replica", so.per_replica);
   shard->add_flag("--gather-each-step", so.gather_each_step);
+  shard->add_option("--fail-worker", so.fail_worker);
+  shard->add_option("--fail-at", so.fail_at);
   CLI11_PARSE(app, argc, argv);
   try {
     if (*coll) return run_collectives(timeout);
