@@ -213,9 +213,9 @@ std::optional<PerReplica<data::Batch>> DistributedIterator::next_in_step_with_wo
     if (first_with_batch < 0 && flags[at(0, w)] > 0) first_with_batch = w;
     description_needed |= flags[at(1, w)] > 0;
   }
+  if (failure) std::rethrow_exception(failure);  // its own error first
   for (int w = 0; w < count; ++w) {
     if (flags[at(2, w)] == 0) continue;
-    if (w == me) std::rethrow_exception(failure);
     fail("DistributedIterator::next: the input of worker ", w, " failed at this step (its error is reported there); "
          "every worker stops here");
   }

@@ -37,7 +37,8 @@
 // batches would wait in its step's collectives for workers that had stopped. A worker whose
 // input fails tells the others in the same exchange, so every worker raises at that step.
 // When every worker's pipeline is infinite (repeat()) there is no end to agree on and no
-// exchange. On GPU replicas across workers over NCCL the exchange reads back on the host,
+// exchange: a worker whose input fails then leaves the job, and the others' next
+// collective names it. On GPU replicas across workers over NCCL the exchange reads back on the host,
 // so each such step waits for the previous one's GPU work (TensorFlow's partial batches
 // cost the same). A step that may get empty batches computes its loss with the global
 // batch size given (compute_average_loss(losses, global_batch)): without it an empty

@@ -14,7 +14,8 @@ namespace strata::train {
 MonitoredValue::MonitoredValue(std::string monitor, MonitorMode mode, double min_delta, const char* owner)
     : monitor_(std::move(monitor)),
       larger_is_better_(mode == MonitorMode::Max ||
-                        (mode == MonitorMode::Auto && monitor_.find("acc") != std::string::npos)),
+                        (mode == MonitorMode::Auto && (monitor_.find("acc") != std::string::npos ||
+                                                       monitor_.find("auc") != std::string::npos))),
       min_delta_(std::abs(min_delta)),
       owner_(owner) {
   STRATA_CHECK(!monitor_.empty(), owner_, ": the monitored value's name is empty");
@@ -65,21 +66,29 @@ std::optional<double> EarlyStopping::best() const {
 }
 
 std::vector<Tensor> EarlyStopping::snapshot() const {
+  // In host memory, as Keras's get_weights: not a second copy of the model on a GPU.
   std::vector<Tensor> values;
-  for (const Variable& v : model()->variables()) values.push_back(v.impl().checkpoint_value().clone());
+  for (const Variable& v : model()->variables()) {
+    const Tensor value = v.impl().checkpoint_value();
+    values.push_back(value.device().is_cpu() ? value.clone() : value.to(Device()));
+  }
   return values;
 }
 
 void EarlyStopping::on_epoch_end(int64_t epoch, const Outputs& logs) {
   const double current = value_.read(logs);
   if (epoch < options_.start_from_epoch) return;
-  // The first watched epoch's weights, so that a run that never improves still has some.
-  if (options_.restore_best_weights && best_weights_.empty()) best_weights_ = snapshot();
   ++wait_;
-  if (value_.improves_on(current, best_)) {
+  const bool improved = value_.improves_on(current, best_);
+  // The best epoch's weights; and the first watched epoch's, so that a run that never
+  // improves (a NaN from the start) still has some.
+  if (options_.restore_best_weights && (improved || best_weights_.empty())) {
+    best_weights_.clear();  // the old copy goes before the new one is made
+    best_weights_ = snapshot();
+  }
+  if (improved) {
     best_ = current;
     best_epoch_ = epoch;
-    if (options_.restore_best_weights) best_weights_ = snapshot();
     // The wait restarts only on a value that beats the baseline too.
     if (!options_.baseline || value_.improves_on(current, *options_.baseline)) wait_ = 0;
     return;

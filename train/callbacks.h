@@ -23,7 +23,7 @@
 namespace strata::train {
 
 // Whether a smaller or a larger monitored value is better. Auto: larger for names that
-// contain "acc" (accuracy), smaller for the others (Keras's rule).
+// contain "acc" (accuracy) or "auc", smaller for the others (Keras's rule).
 enum class MonitorMode { Auto, Min, Max };
 
 // A monitored value's best so far and the test for improving on it: by more than
@@ -59,7 +59,9 @@ struct EarlyStoppingOptions {
 };
 
 // Stops fit once the monitored value has not improved for `patience` epochs (never at
-// the first epoch run).
+// epoch 0). With restore_best_weights the model ends with the best epoch's values, kept
+// in host memory meanwhile; the checkpoint fit wrote in model_dir at the last epoch still
+// holds that epoch's, so a fit run again on the same model_dir resumes from them.
 class EarlyStopping : public Callback {
  public:
   explicit EarlyStopping(EarlyStoppingOptions options = {});

@@ -50,7 +50,11 @@ OptimizerImpl& Optimizer::state() const {
 
 int64_t Optimizer::iterations_value() const { return iterations().value().item<int64_t>(); }
 
-double Optimizer::learning_rate() const { return state().learning_rate_(iterations_value()); }
+double Optimizer::learning_rate() const {
+  const int64_t step = iterations_value();
+  std::lock_guard<std::mutex> lock(state().mu_);
+  return state().learning_rate_(step);
+}
 
 bool Optimizer::learning_rate_is_constant() const {
   std::lock_guard<std::mutex> lock(state().mu_);
