@@ -50,4 +50,39 @@ inline std::vector<Tensor> mwms_train(Strategy& strategy, int epochs, uint64_t i
   return values_of(model.trainable_variables());
 }
 
+// Input pipeline p of 2 with unequal input: pipeline 0 holds 3 batches of 8 examples,
+// pipeline 1 holds 2, so each epoch's last step has pipeline 0's batch only. Pipelines
+// are workers' (InputReplicationMode::PerWorker, one replica each) or replicas'
+// (PerReplica): the same training either way.
+inline data::Dataset mwms_uneven_pipeline(const data::InputContext& ctx) {
+  const int64_t p = ctx.input_pipeline_id();
+  return classification_dataset(uint32_t(50 + p), p == 0 ? 24 : 16, kMwmsFeatures, 8);
+}
+
+// Trains `epochs` epochs over mwms_uneven_pipeline's input (a global batch of 16 given to
+// the loss, so a replica without input adds nothing) and returns the final weights.
+inline std::vector<Tensor> mwms_train_uneven(Strategy& strategy, InputReplicationMode mode, int epochs) {
+  nn::Sequential model;
+  optim::Optimizer opt;
+  {
+    auto scope = strategy.scope();
+    model = classification_mlp(kMwmsFeatures, kMwmsHidden, kMwmsClasses, 1);
+    opt = optim::SGD(0.1, {.momentum = 0.9});
+  }
+  const auto vars = model.trainable_variables();
+  auto step = [&](const data::Batch& b) {
+    autograd::GradientTape tape;
+    Tensor logits = model(b[0]);
+    Tensor per_example = losses::sparse_categorical_crossentropy(b[1], logits, /*from_logits=*/true);
+    auto grads = tape.gradient(compute_average_loss(per_example, 16), vars);
+    opt.apply_gradients(grads, vars);
+  };
+  auto dist = strategy.distribute_datasets_from_function(mwms_uneven_pipeline,
+                                                         {.experimental_replication_mode = mode});
+  for (int epoch = 0; epoch < epochs; ++epoch) {
+    for (auto& batch : dist) strategy.run(step, batch);
+  }
+  return values_of(vars);
+}
+
 }  // namespace strata::distribute::testing

@@ -194,6 +194,16 @@ TEST_CASE("MultiWorkerMirrored: a synchronized BatchNormalization over 2 workers
                     {"--sync-batch-norm"});
 }
 
+TEST_CASE("MultiWorkerMirrored: workers with unequal input train like Mirrored(2) with a pipeline per replica",
+          "[mwms][multiprocess]") {
+  // The worker whose input ends first steps on with empty batches, as the replica whose
+  // pipeline ends first does in one process.
+  if (skip_without_gloo()) return;
+  MirroredStrategy mirrored(MirroredStrategy::cpu_devices(2));
+  check_trains_like(flat(distribute::testing::mwms_train_uneven(mirrored, InputReplicationMode::PerReplica, 2)), 0,
+                    {"--uneven-input"});
+}
+
 TEST_CASE("MultiWorkerMirrored: auto-sharding covers the data exactly once per epoch", "[mwms][multiprocess]") {
   if (skip_without_gloo()) return;
   SECTION("data (auto without files): each global batch split over every replica of the job") {

@@ -10,6 +10,8 @@
 //                           stops itself with SIGSTOP, so its heartbeat stops too;
 //                           --stall-timeout S: the stall bound); the survivors print the
 //                           error they got (and the peer a PeerFailure blames) and exit 1;
+//                           --uneven-input trains over distribute_datasets_from_function
+//                           pipelines of unequal length (mwms_train_uneven);
 //                           --sync-batch-norm adds a synchronized BatchNormalization
 //   shard --policy P        prints which example ids each local replica gets at each step
 //                           of one epoch of range(--examples) (or of --files, int64
@@ -153,7 +155,7 @@ int run_collectives(double timeout) {
 
 int run_train(const std::string& out, int epochs, bool seed_per_worker, int die_worker, int die_at_step,
               int stall_worker, int stop_worker, double timeout, double stall_timeout, bool no_overlap,
-              int64_t bytes_per_pack, bool sync_batch_norm) {
+              int64_t bytes_per_pack, bool sync_batch_norm, bool uneven_input) {
   CommunicationOptions o;
   o.timeout_seconds = timeout;
   o.stall_timeout_seconds = stall_timeout;
@@ -164,6 +166,15 @@ int run_train(const std::string& out, int epochs, bool seed_per_worker, int die_
   const auto t0 = std::chrono::steady_clock::now();
   int last_step = 0;
   try {
+    if (uneven_input) {
+      // Each worker reads its own pipeline, worker 1's a batch shorter per epoch.
+      const auto weights = testing::mwms_train_uneven(s, InputReplicationMode::PerWorker, epochs);
+      std::ofstream f(out + "." + std::to_string(w));
+      f.precision(9);
+      for (const Tensor& t : weights)
+        for (double x : t.to_vector<double>()) f << x << '\n';
+      return f.good() ? 0 : 1;
+    }
     auto weights = testing::mwms_train(s, epochs, seed_per_worker ? 100 + uint64_t(w) * 7 : 1, [&](int step) {
       last_step = step;
       if (w == die_worker && step == die_at_step) {
@@ -279,7 +290,7 @@ int main(int argc, char** argv) {
   double timeout = 60, stall_timeout = 60;
   std::string out;
   int epochs = 2, die_worker = -1, die_at_step = -1, stall_worker = -1, stop_worker = -1;
-  bool seed_per_worker = false, no_overlap = false, sync_batch_norm = false;
+  bool seed_per_worker = false, no_overlap = false, sync_batch_norm = false, uneven_input = false;
   int64_t bytes_per_pack = 0;
   ShardOptions so;
   auto* coll = app.add_subcommand("collectives", "check every collective");
@@ -297,6 +308,7 @@ int main(int argc, char** argv) {
   // Gradients reduced after backward, in apply_gradients (the equivalence test's baseline).
   train->add_flag("--no-overlap", no_overlap);
   train->add_flag("--sync-batch-norm", sync_batch_norm);
+  train->add_flag("--uneven-input", uneven_input);
   train->add_option("--bytes-per-pack", bytes_per_pack);
   auto* shard = app.add_subcommand("shard", "print each replica's example ids");
   shard->add_option("--policy", so.policy);
@@ -317,7 +329,8 @@ int main(int argc, char** argv) {
   try {
     if (*coll) return run_collectives(timeout);
     if (*train) return run_train(out, epochs, seed_per_worker, die_worker, die_at_step, stall_worker, stop_worker,
-                                   timeout, stall_timeout, no_overlap, bytes_per_pack, sync_batch_norm);
+                                   timeout, stall_timeout, no_overlap, bytes_per_pack, sync_batch_norm,
+                                   uneven_input);
     return run_shard(so);
   } catch (const std::exception& e) {
     std::cout << "error: " << e.what() << std::endl;
