@@ -149,6 +149,11 @@ std::unique_ptr<IteratorBase> CacheNode::make_iterator(uint64_t) const {
 
 }  // namespace
 
-Dataset Dataset::cache() const { return Dataset(std::make_shared<CacheNode>(node_)); }
+Dataset Dataset::cache() const {
+  // It would hold every element of an endless first pass, growing until memory runs out.
+  STRATA_CHECK(node_->cardinality() != kInfiniteCardinality, "Dataset::cache: the dataset is infinite (",
+               describe(), "); cache before repeat(): ds.cache().repeat()");
+  return Dataset(std::make_shared<CacheNode>(node_));
+}
 
 }  // namespace strata::data

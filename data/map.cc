@@ -254,8 +254,11 @@ std::unique_ptr<IteratorBase> MapNode::make_iterator(uint64_t key) const {
 
 Dataset Dataset::map(MapFn fn, int64_t num_parallel_calls) const {
   STRATA_CHECK(static_cast<bool>(fn), "Dataset::map: empty function");
-  STRATA_CHECK(num_parallel_calls >= 1 || num_parallel_calls == kAutotune,
-               "Dataset::map: num_parallel_calls must be >= 1 or kAutotune, got ",
+  // Each call is a thread of the iterator's own: a bound keeps a typo from asking for
+  // millions of them.
+  constexpr int64_t kMaxParallelCalls = 1024;
+  STRATA_CHECK((num_parallel_calls >= 1 && num_parallel_calls <= kMaxParallelCalls) || num_parallel_calls == kAutotune,
+               "Dataset::map: num_parallel_calls must be in [1, ", kMaxParallelCalls, "] or kAutotune, got ",
                num_parallel_calls);
   if (num_parallel_calls == kAutotune) {
     num_parallel_calls = std::max<int64_t>(1, std::thread::hardware_concurrency());

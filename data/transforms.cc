@@ -205,7 +205,8 @@ class BatchIterator final : public IteratorBase {
     if (done_) return std::nullopt;
     if (rows_) return next_gathered();
     std::vector<Element> elements;
-    elements.reserve(size_t(node_.batch_size_));
+    // Room for a usual batch only: "batch everything" with a huge size must not reserve it.
+    elements.reserve(size_t(std::min<int64_t>(node_.batch_size_, 4096)));
     while (int64_t(elements.size()) < node_.batch_size_) {
       auto e = input_->next();
       if (!e) {

@@ -31,7 +31,8 @@ const char* object_kind(const Trackable::Object& o) {
 // are named after the variables they belong to).
 struct ObjectGraph {
   std::map<std::string, Variable> by_path;
-  // Module variables in traversal order with their first path: what slots are named after.
+  // Module variables in traversal order with their first path, and variables tracked
+  // directly: what slots are named after.
   std::vector<std::pair<std::string, Variable>> module_variables;
   std::vector<std::pair<std::string, optim::Optimizer>> optimizers;
   std::vector<std::pair<std::string, ExtraState>> extras;
@@ -62,6 +63,9 @@ ObjectGraph collect(const std::vector<std::pair<std::string, Trackable>>& object
       for (const auto& [state, v] : metric->variables()) g.add(name + "/" + state, v);
     } else if (auto* v = std::get_if<Variable>(&o)) {
       g.add(name, *v);
+      // Its optimizer slots are saved too, named after it, as a module variable's are
+      // (TensorFlow saves the slots of every tracked variable).
+      if (in_modules.insert(v->impl_ptr().get()).second) g.module_variables.emplace_back(name, *v);
     } else {
       g.extras.emplace_back(name, std::get<ExtraState>(o));
     }

@@ -191,9 +191,12 @@ class CheckpointManager {
   ~CheckpointManager();
   CheckpointManager(const CheckpointManager&) = delete;
   CheckpointManager& operator=(const CheckpointManager&) = delete;
-  // The newest committed checkpoint that the state file lists (read each time).
+  // The newest committed checkpoint that the state file lists (read each time): the one
+  // saved last, as TensorFlow's CheckpointManager has it — after a restore of an older
+  // checkpoint and further training, the new saves, not the abandoned higher steps.
   std::optional<std::string> latest_checkpoint() const;
-  // Every committed checkpoint the state file lists, oldest (lowest step) first.
+  // Every committed checkpoint the state file lists, in the order they were saved (the
+  // oldest save first; max_to_keep drops the oldest saves). Without a state file: by step.
   std::vector<std::string> checkpoints() const;
   // Restores the latest checkpoint and returns its prefix, or runs init_fn and returns "".
   // When the latest does not load (corrupt, truncated), the error names the newest older

@@ -111,10 +111,13 @@ std::optional<std::vector<std::pair<int64_t, std::string>>> CheckpointManager::r
     const std::optional<int64_t> step = step_of(name);
     STRATA_CHECK(step.has_value(), "CheckpointManager: ", path, ": entry ", entry.dump(),
                  " does not name a checkpoint '", name_, "-<step>' of this directory");
-    out.emplace_back(*step, (directory_ / name).string());
+    // In the order they were saved (TensorFlow's CheckpointManager): the last is the
+    // latest, even when its step is lower than an earlier one's (training resumed from an
+    // older checkpoint). A name listed twice counts where it was last listed.
+    const std::string prefix = (directory_ / name).string();
+    std::erase_if(out, [&](const auto& entry) { return entry.second == prefix; });
+    out.emplace_back(*step, prefix);
   }
-  std::sort(out.begin(), out.end());
-  out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
 }
 
@@ -155,9 +158,9 @@ std::string CheckpointManager::save(std::optional<int64_t> step, bool force, con
   if (!force && checkpoint_interval_ > 0 && last_step_ && s < *last_step_ + checkpoint_interval_)
     return "";
   const std::string prefix = (directory_ / (name_ + "-" + std::to_string(s))).string();
+  // The newest save goes last (save order), also when an older timeline has higher steps.
   std::erase_if(kept, [&](const auto& entry) { return entry.second == prefix; });
   kept.emplace_back(s, prefix);
-  std::sort(kept.begin(), kept.end());
   if (!options.enable_async_checkpoint) {
     bool committed = false;
     try {
@@ -194,12 +197,12 @@ void CheckpointManager::commit(std::vector<std::pair<int64_t, std::string>> kept
   // committed the state file's "latest" stays the previous checkpoint.
   std::string previous;
   for (const auto& entry : kept)
-    if (entry.second != prefix) previous = entry.second;  // kept is sorted by step
+    if (entry.second != prefix) previous = entry.second;  // kept is in save order
   write_index(kept, previous);
   snapshot.write(prefix, hooks);
   *committed = true;
   if (max_to_keep_ > 0) {
-    // Delete the lowest steps beyond max_to_keep, never the checkpoint just written.
+    // Delete the oldest saves beyond max_to_keep, never the checkpoint just written.
     size_t excess = kept.size() > size_t(max_to_keep_) ? kept.size() - size_t(max_to_keep_) : 0;
     std::vector<std::pair<int64_t, std::string>> remaining;
     for (const auto& entry : kept) {

@@ -104,6 +104,26 @@ TEST_CASE("batch stacks elements and keeps the short last batch unless dropped",
   CHECK_THROWS_WITH(ds.batch(0), Catch::Contains("batch_size must be >= 1"));
 }
 
+TEST_CASE("huge sizes: batch everything, bounded map parallelism, no cache of an endless input", "[data]") {
+  // "Batch everything" with the largest size reserves no memory for it.
+  const auto generated = Dataset::from_generator([] {
+    return [i = int64_t(0)]() mutable -> std::optional<Element> {
+      if (i == 5) return std::nullopt;
+      return Element{Tensor::scalar(double(i++))};
+    };
+  });
+  auto all = generated.batch(std::numeric_limits<int64_t>::max()).make_iterator();
+  CHECK(all.next()->at(0).shape() == Shape{5});
+  CHECK_FALSE(all.next().has_value());
+  const auto identity = [](const Element& e) { return e; };
+  CHECK_THROWS_WITH(Dataset::range(3).map(identity, int64_t(1) << 40),
+                    Catch::Contains("num_parallel_calls must be in [1, 1024]"));
+  CHECK_THROWS_WITH(Dataset::range(3).repeat().cache(),
+                    Catch::Contains("Dataset::cache: the dataset is infinite") &&
+                        Catch::Contains("ds.cache().repeat()"));
+  CHECK(ints(Dataset::range(3).cache().repeat(2)) == std::vector<int64_t>{0, 1, 2, 0, 1, 2});
+}
+
 TEST_CASE("unbatch inverts batch", "[data]") {
   auto ds = Dataset::range(11).batch(3).unbatch();
   CHECK(ints(ds) == iota(0, 11));

@@ -338,6 +338,28 @@ TEST_CASE("Checkpoint: optimizer slots follow the checkpoint", "[train][checkpoi
   CHECK_THROWS_AS(ckpt.track("empty", nn::Dense()), Error);
 }
 
+TEST_CASE("Checkpoint: the optimizer slots of a variable tracked directly are saved and restored",
+          "[train][checkpoint]") {
+  TempDir dir;
+  Variable w(full({3}, 1.0));
+  optim::Optimizer opt = optim::Adam(0.1);
+  opt.apply_gradients({tensor({1, -2, 3})}, {w});
+  Checkpoint{{"w", w}, {"optimizer", opt}}.save(dir.path / "c");
+  const auto m = opt.find_slot(w, "m")->value().to_vector<float>();
+  const auto v = opt.find_slot(w, "v")->value().to_vector<float>();
+  // Another program: its Adam state for w comes from the checkpoint (TensorFlow saves the
+  // slots of every tracked variable), so its next step is the first program's.
+  Variable w2(zeros({3}));
+  optim::Optimizer opt2 = optim::Adam(0.1);
+  Checkpoint{{"w", w2}, {"optimizer", opt2}}.restore(dir.path / "c");
+  REQUIRE(opt2.find_slot(w2, "m").has_value());
+  CHECK(opt2.find_slot(w2, "m")->value().to_vector<float>() == m);
+  CHECK(opt2.find_slot(w2, "v")->value().to_vector<float>() == v);
+  opt.apply_gradients({tensor({1, 1, 1})}, {w});
+  opt2.apply_gradients({tensor({1, 1, 1})}, {w2});
+  CHECK(w2.value().to_vector<float>() == w.value().to_vector<float>());
+}
+
 TEST_CASE("Checkpoint: dataset iterator position as extra state", "[train][checkpoint]") {
   TempDir dir;
   data::Dataset ds = data::Dataset::range(100).shuffle(20, 7).batch(10);
@@ -428,6 +450,42 @@ TEST_CASE("CheckpointManager: naming, retention, interval, index", "[train][chec
   CHECK_THROWS_AS(CheckpointManager(ckpt, dir.path / "x", 1, -5), Error);
   CHECK_THROWS_AS(CheckpointManager(ckpt, dir.path / "x", 1, 0, w), Error);  // not an int scalar
   CHECK_THROWS_AS(counting.save(-3), Error);
+}
+
+TEST_CASE("CheckpointManager: after resuming from an older checkpoint the new saves are the latest",
+          "[train][checkpoint]") {
+  // TensorFlow's CheckpointManager order: the latest is the last save, and max_to_keep
+  // drops the oldest saves, so a run rolled back to step 100 does not resume at the
+  // abandoned step 300 after a restart.
+  TempDir dir;
+  Variable w(zeros({1}));
+  Variable step(Tensor::scalar(0, kInt64), step_options());
+  Checkpoint ckpt{{"w", w}, {"step", step}};
+  const auto at = [&](int64_t s) {
+    step.assign(Tensor::scalar(double(s), kInt64));
+    w.assign(full({1}, double(s)));
+  };
+  const auto path = [&](int64_t s) { return (dir.path / ("ckpt-" + std::to_string(s))).string(); };
+  CheckpointManager manager(ckpt, dir.path, /*max_to_keep=*/3, 0, step);
+  for (int64_t s : {100, 200, 300}) {
+    at(s);
+    manager.save();
+  }
+  manager.restore(path(100));
+  at(110);
+  manager.save();
+  CHECK(manager.latest_checkpoint() == path(110));
+  CHECK(manager.checkpoints() == std::vector<std::string>{path(200), path(300), path(110)});
+  CHECK_FALSE(checkpoint_exists(path(100)));
+  at(120);
+  manager.save();
+  CHECK(manager.checkpoints() == std::vector<std::string>{path(300), path(110), path(120)});
+  // A restart resumes from the last save.
+  at(0);
+  CheckpointManager restarted(ckpt, dir.path, 3, 0, step);
+  CHECK(restarted.restore_or_initialize() == path(120));
+  CHECK(step.value().item<int64_t>() == 120);
+  CHECK(json::parse(read_bytes(restarted.index_path()))["latest"] == "ckpt-120");
 }
 
 TEST_CASE("Checkpoint saved under MirroredStrategy restores into a plain model",

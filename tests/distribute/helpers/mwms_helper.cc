@@ -257,7 +257,19 @@ int run_shard(const ShardOptions& o) {
   train::Checkpoint checkpoint{{"input", train::distributed_input_state([&]() -> DistributedIterator& { return it; })}};
   int64_t step = 0;
   if (!o.restore.empty()) step = checkpoint.restore(o.restore).step.value_or(0);
-  while (auto batch = it.next()) {
+  const auto next = [&] {
+    try {
+      return it.next();
+    } catch (const std::exception& e) {
+      if (o.fail_worker != s.worker_index()) throw;
+      // The worker whose input broke reports it and stays a while, so that strata-launch
+      // does not stop the others before they have reported what they saw.
+      std::cout << "error: " << e.what() << std::endl;
+      std::this_thread::sleep_for(std::chrono::seconds(5));
+      std::_Exit(1);
+    }
+  };
+  while (auto batch = next()) {
     for (size_t r = 0; r < batch->size(); ++r) {
       std::cout << "worker " << s.worker_index() << " step " << step << " replica " << r << ":";
       for (int64_t id : (*batch)[r][0].to_vector<int64_t>()) std::cout << ' ' << id;
