@@ -88,6 +88,29 @@ Shards parse_shards(const std::string& output, int workers) {
   return s;
 }
 
+// `files` files of 8 int64 records (file f holds ids 8f..8f+7) in `dir`, comma-separated.
+std::string write_record_files(const fs::path& dir, int files = 4) {
+  std::string list;
+  for (int f = 0; f < files; ++f) {
+    const fs::path p = dir / ("part" + std::to_string(f) + ".bin");
+    std::ofstream out(p, std::ios::binary);
+    for (int64_t k = 0; k < 8; ++k) {
+      const int64_t id = f * 8 + k;
+      out.write(reinterpret_cast<const char*>(&id), sizeof id);
+    }
+    list += (list.empty() ? "" : ",") + p.string();
+  }
+  return list;
+}
+
+// Whether the workers' ids together are 0..n-1, each once.
+bool covers_once(const Shards& s, int64_t n) {
+  std::multiset<int64_t> all, want;
+  for (const auto& [w, ids] : s.ids) all.insert(ids.begin(), ids.end());
+  for (int64_t i = 0; i < n; ++i) want.insert(i);
+  return all == want;
+}
+
 }  // namespace
 
 TEST_CASE("MultiWorkerMirrored: without a cluster it is one worker of local replicas", "[mwms]") {
@@ -214,11 +237,7 @@ TEST_CASE("MultiWorkerMirrored: auto-sharding covers the data exactly once per e
     Shards s = parse_shards(r.output, 2);
     CHECK(s.steps[0] == 5);
     CHECK(s.steps[1] == 5);
-    std::multiset<int64_t> all;
-    for (auto& [w, ids] : s.ids) all.insert(ids.begin(), ids.end());
-    std::multiset<int64_t> want;
-    for (int64_t i = 0; i < 40; ++i) want.insert(i);
-    CHECK(all == want);
+    CHECK(covers_once(s, 40));
     for (int step = 0; step < 5; ++step) {  // step s of the job consumed global batch s
       std::vector<int64_t> batch;
       for (int64_t i = 0; i < 8; ++i) batch.push_back(step * 8 + i);
@@ -245,11 +264,7 @@ TEST_CASE("MultiWorkerMirrored: auto-sharding covers the data exactly once per e
     INFO(r.output);
     REQUIRE(r.exit_code == 0);
     Shards s = parse_shards(r.output, 2);
-    std::multiset<int64_t> all;
-    for (auto& [w, ids] : s.ids) all.insert(ids.begin(), ids.end());
-    std::multiset<int64_t> want;
-    for (int64_t i = 0; i < 24; ++i) want.insert(i);
-    CHECK(all == want);
+    CHECK(covers_once(s, 24));
     for (auto& [where, ids] : s.replica_ids) {
       INFO("worker " << where.first << " replica " << where.second);
       CHECK(ids.size() == 6);
@@ -261,16 +276,8 @@ TEST_CASE("MultiWorkerMirrored: auto-sharding covers the data exactly once per e
   }
   SECTION("file shards of unequal length: every worker steps until the last one's input ends") {
     TempDir dir;
-    std::string files;
-    for (int f = 0; f < 3; ++f) {  // worker 0 reads files 0 and 2 (16 ids), worker 1 file 1 (8 ids)
-      const fs::path p = dir.path / ("part" + std::to_string(f) + ".bin");
-      std::ofstream out(p, std::ios::binary);
-      for (int64_t k = 0; k < 8; ++k) {
-        const int64_t id = f * 8 + k;
-        out.write(reinterpret_cast<const char*>(&id), sizeof id);
-      }
-      files += (files.empty() ? "" : ",") + p.string();
-    }
+    // Worker 0 reads files 0 and 2 (16 ids), worker 1 file 1 (8 ids).
+    const std::string files = write_record_files(dir.path, 3);
     auto r = launch(2, 2,
                     {STRATA_MWMS_HELPER, "shard", "--policy", "file", "--files", files, "--global-batch", "8",
                      "--gather-each-step"},
@@ -278,11 +285,7 @@ TEST_CASE("MultiWorkerMirrored: auto-sharding covers the data exactly once per e
     INFO(r.output);
     REQUIRE(r.exit_code == 0);
     Shards s = parse_shards(r.output, 2);
-    std::multiset<int64_t> all;
-    for (auto& [w, ids] : s.ids) all.insert(ids.begin(), ids.end());
-    std::multiset<int64_t> want;
-    for (int64_t i = 0; i < 24; ++i) want.insert(i);
-    CHECK(all == want);
+    CHECK(covers_once(s, 24));
     CHECK(s.steps[0] == 4);  // 2 batches of 8, each cut into 4 parts, 2 per step
     CHECK(s.steps[1] == 4);  // its 1 batch gave 2 steps; then 2 steps of empty batches
     CHECK(s.ids[1].size() == 8);
@@ -340,26 +343,13 @@ TEST_CASE("MultiWorkerMirrored: auto-sharding covers the data exactly once per e
   }
   SECTION("file: each worker reads its files, rebatched to its part of the global batch") {
     TempDir dir;
-    std::string files;
-    for (int f = 0; f < 4; ++f) {
-      const fs::path p = dir.path / ("part" + std::to_string(f) + ".bin");
-      std::ofstream out(p, std::ios::binary);
-      for (int64_t k = 0; k < 8; ++k) {
-        const int64_t id = f * 8 + k;
-        out.write(reinterpret_cast<const char*>(&id), sizeof id);
-      }
-      files += (files.empty() ? "" : ",") + p.string();
-    }
+    const std::string files = write_record_files(dir.path);
     auto r = launch(2, 2, {STRATA_MWMS_HELPER, "shard", "--policy", "file", "--files", files, "--global-batch", "8"},
                     120);
     INFO(r.output);
     REQUIRE(r.exit_code == 0);
     Shards s = parse_shards(r.output, 2);
-    std::multiset<int64_t> all;
-    for (auto& [w, ids] : s.ids) all.insert(ids.begin(), ids.end());
-    std::multiset<int64_t> want;
-    for (int64_t i = 0; i < 32; ++i) want.insert(i);
-    CHECK(all == want);
+    CHECK(covers_once(s, 32));
     for (int64_t id : s.ids[0]) CHECK((id / 8) % 2 == 0);  // worker 0: files 0 and 2
     CHECK(s.steps[0] == 4);  // 16 ids per worker, 2 ids per replica, 2 replicas
     CHECK(s.steps[1] == 4);
@@ -377,20 +367,6 @@ std::map<int, std::vector<std::string>> step_lines(const std::string& output, in
   return out;
 }
 
-// Four files of 8 int64 records (ids 0..31) in `dir`, comma-separated.
-std::string write_record_files(const fs::path& dir) {
-  std::string files;
-  for (int f = 0; f < 4; ++f) {
-    const fs::path p = dir / ("part" + std::to_string(f) + ".bin");
-    std::ofstream out(p, std::ios::binary);
-    for (int64_t k = 0; k < 8; ++k) {
-      const int64_t id = f * 8 + k;
-      out.write(reinterpret_cast<const char*>(&id), sizeof id);
-    }
-    files += (files.empty() ? "" : ",") + p.string();
-  }
-  return files;
-}
 }  // namespace
 
 TEST_CASE("MultiWorkerMirrored: a checkpoint holds each worker's input position under File and Off sharding "
