@@ -123,7 +123,11 @@ void AnchorClock::captured(double save_ns) {
 // ---- Iterator ----
 
 Iterator::Iterator(std::shared_ptr<const detail::DatasetNode> node, uint64_t iteration)
-    : node_(std::move(node)), iteration_(iteration) {
+    : Iterator(std::move(node), iteration, nullptr) {}
+
+Iterator::Iterator(std::shared_ptr<const detail::DatasetNode> node, uint64_t iteration,
+                   std::shared_ptr<std::atomic<uint64_t>> iterations)
+    : node_(std::move(node)), iteration_(iteration), iterations_(std::move(iterations)) {
   STRATA_CHECK(node_ != nullptr, "Iterator: null dataset");
   impl_ = node_->make_iterator(iteration_);
 }
@@ -176,6 +180,12 @@ void Iterator::restore(const IteratorState& state) {
   impl_ = std::move(fresh);
   iteration_ = iteration;
   error_ = nullptr;
+  if (iterations_) {
+    // The Dataset's next iteration is the one after the restored one (never back).
+    uint64_t count = iterations_->load(std::memory_order_relaxed);
+    while (count <= iteration && !iterations_->compare_exchange_weak(count, iteration + 1, std::memory_order_relaxed)) {
+    }
+  }
 }
 
 Iterator::RangeIterator Iterator::begin() { return RangeIterator(this, nullptr); }
@@ -199,10 +209,10 @@ Dataset::Dataset(std::shared_ptr<const detail::DatasetNode> node)
 }
 
 Iterator Dataset::make_iterator() const {
-  return Iterator(node_, iterations_->fetch_add(1, std::memory_order_relaxed));
+  return Iterator(node_, iterations_->fetch_add(1, std::memory_order_relaxed), iterations_);
 }
 
-Iterator Dataset::make_iterator(uint64_t iteration) const { return Iterator(node_, iteration); }
+Iterator Dataset::make_iterator(uint64_t iteration) const { return Iterator(node_, iteration, iterations_); }
 
 Iterator::RangeIterator Dataset::begin() const {
   auto it = std::make_shared<Iterator>(make_iterator());

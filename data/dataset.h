@@ -13,7 +13,10 @@
 // pipeline and the iteration number, independent of num_parallel_calls, prefetch depth and
 // thread timing. With reshuffle_each_iteration, shuffle draws a new order on each
 // iteration of the dataset (each make_iterator() on it, and each epoch of a repeat above
-// it), derived from (seed, iteration), so a resumed job sees the orders it would have seen.
+// it), derived from (seed, iteration), so a resumed job sees the orders it would have seen:
+// restoring an iterator made by make_iterator() also moves its Dataset's iteration count
+// past the restored one, so the next make_iterator() (the next epoch's range-for) gets the
+// iteration number the uninterrupted job's had.
 //
 // Errors: misuse throws strata::Error naming the stage. An exception raised by a map
 // function or a generator (on any thread) is rethrown, unchanged, from the consumer's
@@ -72,6 +75,9 @@ class IteratorBase;
 class Iterator {
  public:
   Iterator(std::shared_ptr<const detail::DatasetNode> node, uint64_t iteration);
+  // `iterations`: the count of the Dataset that made it, which restore() moves on.
+  Iterator(std::shared_ptr<const detail::DatasetNode> node, uint64_t iteration,
+           std::shared_ptr<std::atomic<uint64_t>> iterations);
   Iterator(Iterator&&) noexcept;
   Iterator& operator=(Iterator&&) noexcept;
   ~Iterator();
@@ -95,6 +101,7 @@ class Iterator {
  private:
   std::shared_ptr<const detail::DatasetNode> node_;
   uint64_t iteration_ = 0;
+  std::shared_ptr<std::atomic<uint64_t>> iterations_;  // the Dataset's count, or null
   std::unique_ptr<detail::IteratorBase> impl_;
   std::exception_ptr error_;  // sticky failure, see the header comment
 };

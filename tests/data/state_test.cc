@@ -82,6 +82,33 @@ TEST_CASE("restore resumes shuffle, repeat and reshuffled epochs", "[data][state
   for (int64_t k : {0, 3, 19, 20, 21, 39, 40}) check_resume(big, k);
 }
 
+TEST_CASE("a restored iteration moves the dataset's count on: the next epochs reshuffle as before", "[data][state]") {
+  // One make_iterator() per epoch over a reshuffling pipeline, stopped part-way through
+  // epoch 1 and resumed in a fresh process (a new Dataset, its count at 0): epoch 2 must
+  // be drawn from iteration 2, as the uninterrupted job's was.
+  const Builder build = [] { return Dataset::range(30).shuffle(30, 7).batch(5); };
+  const Dataset ds = build();
+  std::vector<std::vector<std::string>> epochs;  // each epoch's elements, printed
+  for (int e = 0; e < 3; ++e) {
+    auto it = ds.make_iterator();
+    epochs.push_back(testing::drain(it));
+  }
+  REQUIRE(epochs[1] != epochs[2]);
+  const Dataset original = build();
+  auto e0 = original.make_iterator();
+  testing::drain(e0);
+  auto e1 = original.make_iterator();
+  testing::take_n(e1, 2);
+  const IteratorState state = e1.save();
+
+  const Dataset resumed = build();
+  auto it = resumed.make_iterator();  // iteration 0, replaced by the restore
+  it.restore(state);
+  CHECK(testing::drain(it) == std::vector<std::string>(epochs[1].begin() + 2, epochs[1].end()));
+  auto next_epoch = resumed.make_iterator();
+  CHECK(testing::drain(next_epoch) == epochs[2]);
+}
+
 TEST_CASE("restore resumes threaded stages, counting only consumed elements", "[data][state]") {
   const Builder pipeline = [] {
     return Dataset::range(50).shuffle(10, 1).repeat(3).map(square_first, 4).batch(5).prefetch(3);
