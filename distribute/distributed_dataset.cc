@@ -53,7 +53,8 @@ std::vector<int64_t> encode_spec(const BatchSpec& spec) {
 BatchSpec decode_spec(const std::vector<int64_t>& words, int from_worker) {
   const auto bad = [&] {
     return Error(::strata::detail::concat("DistributedIterator: worker ", from_worker,
-                                " sent a malformed description of its batches (", words.size(), " words)"));
+                                          " sent a malformed description of its batches (", words.size(),
+                                          " words)"));
   };
   size_t at = 0;
   const auto take = [&] {
