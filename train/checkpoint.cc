@@ -86,18 +86,31 @@ void check_name(const std::string& name) {
                "' must not start with '.' (reserved)");
 }
 
-// Resuming with another optimizer (SGD over an Adam checkpoint) would silently drop the
-// saved slots or, worse, read them as different state: refuse it. The kind is in the
-// metadata since this check exists; older checkpoints are judged by their slot names.
+// The optimizer's kind as the metadata records it: its name, and a wrapper's wrapped
+// optimizer in brackets ("LossScaleOptimizer(Adam)").
+std::string optimizer_kind(const optim::OptimizerImpl& impl) {
+  std::string kind = impl.name();
+  if (const auto inner = impl.wrapped()) kind += "(" + optimizer_kind(*inner) + ")";
+  return kind;
+}
+
+// Resuming with another optimizer (SGD over an Adam checkpoint, or a LossScaleOptimizer
+// wrapping AdamW over one wrapping Adam) would silently drop the saved slots or, worse,
+// read them as different state: refuse it. The kind is in the metadata since this check
+// exists (a wrapper's inner optimizer since 2026-11-28; before, the wrapper's name only);
+// older checkpoints are judged by their slot names.
 void check_same_optimizer(const TensorCheckpoint& ck, const std::string& file, const std::string& name,
                           const optim::Optimizer& opt) {
   const json& meta = ck.metadata;
   if (meta.is_object() && meta.contains("optimizers") && meta["optimizers"].is_object() &&
       meta["optimizers"].contains(name) && meta["optimizers"][name].is_string()) {
     const std::string saved = meta["optimizers"][name].get<std::string>();
-    STRATA_CHECK(saved == opt.name(), "Checkpoint::restore: ", file, ": '", name, "' was saved by the ", saved,
-                 " optimizer but the program uses ", opt.name(), "; changing the optimizer on resume would drop "
-                 "or misread its state (resume with ", saved, ", or start from a new directory)");
+    const std::string kind = optimizer_kind(opt.impl());
+    const bool wrapper_name_only = opt.impl().wrapped() != nullptr && saved == opt.name();
+    STRATA_CHECK(saved == kind || wrapper_name_only, "Checkpoint::restore: ", file, ": '", name,
+                 "' was saved by the ", saved, " optimizer but the program uses ", kind, "; changing the optimizer "
+                 "on resume would drop or misread its state (resume with ", saved, ", or start from a new "
+                 "directory)");
   }
   const auto own = opt.slot_names();
   const std::string marker = std::string(kSlotMarker) + name + "/";
@@ -190,7 +203,7 @@ CheckpointSnapshot Checkpoint::snapshot(std::optional<int64_t> step, bool own_co
   for (const auto& [name, t] : objects_) {
     objects[name] = object_kind(t.object());
     if (auto* e = std::get_if<ExtraState>(&t.object())) extra[name] = e->save();
-    if (auto* opt = std::get_if<optim::Optimizer>(&t.object())) optimizers[name] = opt->name();
+    if (auto* opt = std::get_if<optim::Optimizer>(&t.object())) optimizers[name] = optimizer_kind(opt->impl());
   }
   metadata["objects"] = objects;
   metadata["extra"] = extra;

@@ -14,6 +14,7 @@
 #include <strata/train/adam.h>
 #include <strata/train/checkpoint.h>
 #include <strata/train/checkpoint_file.h>
+#include <strata/train/loss_scale_optimizer.h>
 #include <strata/train/nn/nn.h>
 #include <strata/train/sgd.h>
 
@@ -159,4 +160,23 @@ TEST_CASE("Checkpoint: restoring with another optimizer is an error, not a silen
   save_tensors(dir.path / "old", old.tensors, meta);
   CHECK_THROWS_WITH(Checkpoint({{"model", other}, {"optimizer", sgd}}).restore(dir.path / "old"),
                     Contains(".OPTIMIZER_SLOT/optimizer/m") && Contains("another optimizer"));
+
+  // A LossScaleOptimizer's wrapped optimizer counts: AdamW (the same slot names) does not
+  // take Adam's state.
+  optim::Optimizer scaled_adam = optim::LossScaleOptimizer(optim::Adam(0.01));
+  one_step(model, scaled_adam);
+  Checkpoint{{"model", model}, {"optimizer", scaled_adam}}.save(dir.path / "scaled", 1);
+  optim::Optimizer scaled_adamw = optim::LossScaleOptimizer(optim::AdamW(0.01));
+  CHECK_THROWS_WITH(Checkpoint({{"model", other}, {"optimizer", scaled_adamw}}).restore(dir.path / "scaled"),
+                    Contains("saved by the LossScaleOptimizer(Adam) optimizer but the program uses "
+                             "LossScaleOptimizer(AdamW)"));
+  optim::Optimizer scaled_adam2 = optim::LossScaleOptimizer(optim::Adam(0.01));
+  Checkpoint({{"model", other}, {"optimizer", scaled_adam2}}).restore(dir.path / "scaled");
+  CHECK(scaled_adam2.find_slot(other.trainable_variables()[0], "m").has_value());
+  // One written before the wrapped optimizer was recorded names the wrapper only.
+  TensorCheckpoint wrapper_only = load_tensors(dir.path / "scaled");
+  nlohmann::json named = wrapper_only.metadata;
+  named["optimizers"]["optimizer"] = "LossScaleOptimizer";
+  save_tensors(dir.path / "scaled-old", wrapper_only.tensors, named);
+  Checkpoint({{"model", other}, {"optimizer", scaled_adam2}}).restore(dir.path / "scaled-old");
 }
