@@ -5,6 +5,7 @@
 #include <strata/core/ops.h>
 #include <strata/distribute/cross_worker.h>
 #include <strata/distribute/device_fetch.h>
+#include <strata/distribute/empty_batch.h>
 #include <strata/distribute/replica_split_stage.h>
 #include <strata/distribute/strategy.h>
 
@@ -29,53 +30,6 @@ std::vector<std::vector<int64_t>> gather_words(Communicator& workers, const std:
     at += size_t(n);
   }
   return out;
-}
-
-using BatchSpec = std::vector<std::pair<DType, Shape>>;
-
-BatchSpec spec_of(const data::Batch& part) {
-  BatchSpec spec;
-  for (const Tensor& t : part) spec.emplace_back(t.dtype(), t.shape());
-  return spec;
-}
-
-// [components, then dtype, rank and extents of each]
-std::vector<int64_t> encode_spec(const BatchSpec& spec) {
-  std::vector<int64_t> words{int64_t(spec.size())};
-  for (const auto& [dtype, shape] : spec) {
-    words.push_back(int64_t(dtype));
-    words.push_back(int64_t(shape.size()));
-    words.insert(words.end(), shape.begin(), shape.end());
-  }
-  return words;
-}
-
-BatchSpec decode_spec(const std::vector<int64_t>& words, int from_worker) {
-  const auto bad = [&] {
-    return Error(::strata::detail::concat("DistributedIterator: worker ", from_worker,
-                                          " sent a malformed description of its batches (", words.size(),
-                                          " words)"));
-  };
-  size_t at = 0;
-  const auto take = [&] {
-    if (at >= words.size()) throw bad();
-    return words[at++];
-  };
-  BatchSpec spec;
-  const int64_t n = take();
-  if (n < 0 || n > int64_t(words.size())) throw bad();
-  for (int64_t k = 0; k < n; ++k) {
-    const int64_t dtype = take(), rank = take();
-    if (dtype < 0 || dtype > int64_t(DType::Bool) || rank < 0 || rank > int64_t(words.size())) throw bad();
-    Shape shape;
-    for (int64_t d = 0; d < rank; ++d) {
-      const int64_t extent = take();
-      if (extent < 0) throw bad();
-      shape.push_back(extent);
-    }
-    spec.emplace_back(DType(dtype), std::move(shape));
-  }
-  return spec;
 }
 
 }  // namespace
@@ -148,32 +102,14 @@ std::optional<PerReplica<data::Batch>> DistributedIterator::next() {
   return next_on_this_worker();
 }
 
-std::vector<data::Batch> DistributedIterator::empty_batches(const std::vector<std::pair<DType, Shape>>& spec,
-                                                            int first) const {
+std::vector<data::Batch> DistributedIterator::empty_batches(const BatchSpec& spec, int first,
+                                                            const std::string& whose) const {
   std::vector<data::Batch> parts;
   for (int r = first; r < strategy_.num_local_replicas(); ++r) {
-    data::Batch empty;
-    for (const auto& [dtype, shape] : spec) {
-      Shape rows = shape;
-      rows[0] = 0;
-      empty.push_back(Tensor::empty(rows, dtype, options_.fetch ? strategy_.devices()[size_t(r)] : Device()));
-    }
-    parts.push_back(std::move(empty));
+    parts.push_back(empty_batch(spec, options_.fetch ? strategy_.devices()[size_t(r)] : Device(), whose));
   }
   return parts;
 }
-
-namespace {
-// Why empty batches cannot be shaped like `spec`, or "".
-std::string cannot_shape_empty(const BatchSpec& spec) {
-  for (size_t k = 0; k < spec.size(); ++k) {
-    if (spec[k].second.empty()) {
-      return ::strata::detail::concat("component ", k, " has shape [], no batch axis to build an empty batch from");
-    }
-  }
-  return "";
-}
-}  // namespace
 
 std::optional<PerReplica<data::Batch>> DistributedIterator::next_in_step_with_workers() {
   if (ended_on_every_worker_) return std::nullopt;
@@ -236,7 +172,8 @@ std::optional<PerReplica<data::Batch>> DistributedIterator::next_in_step_with_wo
     // and every worker checks the description the same way.
     const std::vector<std::vector<int64_t>> all =
         gather_words(*workers, me == first_with_batch ? encode_spec(batch_spec_) : std::vector<int64_t>{});
-    const BatchSpec described = decode_spec(all[size_t(first_with_batch)], first_with_batch);
+    const BatchSpec described =
+        decode_spec(all[size_t(first_with_batch)], "worker " + std::to_string(first_with_batch));
     const std::string why = cannot_shape_empty(described);
     STRATA_CHECK(why.empty(), "DistributedIterator::next: a worker without any input needs empty batches shaped like "
                  "worker ", first_with_batch, "'s, whose ", why,
@@ -245,7 +182,7 @@ std::optional<PerReplica<data::Batch>> DistributedIterator::next_in_step_with_wo
   }
   if (mine) return mine;
   // This worker's input has ended while another's goes on: empty batches for its replicas.
-  return PerReplica<data::Batch>(empty_batches(batch_spec_, 0));
+  return PerReplica<data::Batch>(empty_batches(batch_spec_, 0, "worker " + std::to_string(me)));
 }
 
 std::optional<PerReplica<data::Batch>> DistributedIterator::next_on_this_worker() {
@@ -258,11 +195,9 @@ std::optional<PerReplica<data::Batch>> DistributedIterator::next_on_this_worker(
         if (r == 0) return std::nullopt;
         // Fewer elements than replicas at the end: the rest get empty batches shaped like
         // the first one, so every replica still runs the step.
-        const BatchSpec spec = spec_of(parts[0]);
-        const std::string why = cannot_shape_empty(spec);
-        STRATA_CHECK(why.empty(), "distribute_datasets_from_function: replica ", r,
-                     " has no element left and the first replica's ", why);
-        for (data::Batch& empty : empty_batches(spec, r)) parts.push_back(std::move(empty));
+        const std::string whose = "distribute_datasets_from_function: replica " + std::to_string(r) +
+                                  " has no element left and the first replica";
+        for (data::Batch& empty : empty_batches(spec_of(parts[0]), r, whose)) parts.push_back(std::move(empty));
         break;
       }
       parts.push_back(std::move(*e));

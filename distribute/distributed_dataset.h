@@ -61,6 +61,7 @@
 #include <optional>
 
 #include <strata/data/dataset.h>
+#include <strata/distribute/empty_batch.h>
 #include <strata/distribute/input_options.h>
 #include <strata/distribute/replica_split_stage.h>
 #include <strata/distribute/values.h>
@@ -134,8 +135,9 @@ class DistributedIterator {
   std::optional<PerReplica<data::Batch>> next_on_this_worker();
   // next() across workers whose input is their own (see above).
   std::optional<PerReplica<data::Batch>> next_in_step_with_workers();
-  // Empty batches for local replicas [first, n), shaped like `spec`.
-  std::vector<data::Batch> empty_batches(const std::vector<std::pair<DType, Shape>>& spec, int first) const;
+  // Empty batches for local replicas [first, n), shaped like `spec` (`whose` batches, for
+  // the error when they cannot be).
+  std::vector<data::Batch> empty_batches(const BatchSpec& spec, int first, const std::string& whose) const;
   // it_.restore, naming the per-replica pipelines when the state is not theirs.
   void restore_position(const data::IteratorState& state);
 
@@ -144,7 +146,7 @@ class DistributedIterator {
   Options options_;
   // The components of a replica's part (dtype and shape each), from the last element of
   // this worker or, when it had none, of another's: empty batches are shaped like it.
-  std::vector<std::pair<DType, Shape>> batch_spec_;
+  BatchSpec batch_spec_;
   bool ended_on_every_worker_ = false;
   // Whether the workers exchange each step whether they have a batch: decided by them
   // all at the first next() (not when every worker's pipeline is infinite).

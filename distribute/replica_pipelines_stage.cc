@@ -5,6 +5,7 @@
 #include <strata/core/error.h>
 #include <strata/data/dataset_node.h>
 #include <strata/distribute/device_fetch.h>
+#include <strata/distribute/empty_batch.h>
 
 namespace strata::distribute {
 
@@ -90,14 +91,11 @@ class ReplicaPipelinesIterator final : public IteratorBase {
         continue;
       }
       // This replica's pipeline has ended while another's goes on: an empty batch.
-      for (const Tensor& t : model) {
-        STRATA_CHECK(t.defined() && t.ndim() >= 1, "distribute_datasets_from_function "
-                     "(InputReplicationMode::PerReplica): replica ", r, "'s pipeline has ended and replica ",
-                     *first_live, "'s component of shape ", t.defined() ? shape_str(t.shape()) : "undefined",
-                     " has no batch axis to build an empty batch from");
-        Shape shape = t.shape();
-        shape[0] = 0;
-        out.push_back(Tensor::empty(shape, t.dtype(), node_.fetch_ ? node_.devices_[r] : t.device()));
+      const std::string whose = data::detail::str_of("distribute_datasets_from_function (InputReplicationMode::"
+                                                     "PerReplica): replica ", r, "'s pipeline has ended and replica ",
+                                                     *first_live);
+      for (Tensor& t : empty_batch(spec_of(model), node_.fetch_ ? node_.devices_[r] : Device(), whose)) {
+        out.push_back(std::move(t));
       }
     }
     return out;

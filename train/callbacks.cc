@@ -4,6 +4,7 @@
 #include <limits>
 
 #include <strata/core/error.h>
+#include <strata/train/checkpoint.h>
 #include <strata/train/nn/module.h>
 #include <strata/train/optimizer.h>
 
@@ -65,14 +66,10 @@ std::optional<double> EarlyStopping::best() const {
   return best_;
 }
 
-std::vector<Tensor> EarlyStopping::snapshot() const {
-  // In host memory, as Keras's get_weights: not a second copy of the model on a GPU.
-  std::vector<Tensor> values;
-  for (const Variable& v : model()->variables()) {
-    const Tensor value = v.impl().checkpoint_value();
-    values.push_back(value.device().is_cpu() ? value.clone() : value.to(Device()));
-  }
-  return values;
+std::map<std::string, Tensor> EarlyStopping::snapshot() const {
+  // Host copies of the model's checkpoint values, by object path, as a checkpoint takes
+  // them (Keras's get_weights: not a second copy of the model on a GPU).
+  return Checkpoint{{"model", *model()}}.snapshot(std::nullopt, /*own_copies=*/true).tensors;
 }
 
 void EarlyStopping::on_epoch_end(int64_t epoch, const Outputs& logs) {
@@ -99,10 +96,12 @@ void EarlyStopping::on_epoch_end(int64_t epoch, const Outputs& logs) {
     if (options_.restore_best_weights) {
       // Restored as a checkpoint restores them: every replica's copy of a mirrored
       // variable, every worker the same values.
-      const std::vector<Variable> vars = model()->variables();
-      STRATA_CHECK(vars.size() == best_weights_.size(), "EarlyStopping: the model has ", vars.size(),
-                   " variables but had ", best_weights_.size(), " at its best epoch");
-      for (size_t i = 0; i < vars.size(); ++i) vars[i].impl().restore_checkpoint_value(best_weights_[i]);
+      for (const auto& [path, var] : Checkpoint{{"model", *model()}}.variables_by_path()) {
+        const auto it = best_weights_.find(path);
+        STRATA_CHECK(it != best_weights_.end(), "EarlyStopping: the model's variable '", path,
+                     "' did not exist at its best epoch");
+        var.impl().restore_checkpoint_value(it->second);
+      }
     }
   }
 }

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -75,8 +76,9 @@ class EarlyStopping : public Callback {
   std::optional<double> best() const;
 
  private:
-  // Every variable's checkpoint value (mirrored: one value; sync-on-read: the aggregate).
-  std::vector<Tensor> snapshot() const;
+  // Every model variable's checkpoint value (mirrored: one value; sync-on-read: the
+  // aggregate) by object path, in host memory.
+  std::map<std::string, Tensor> snapshot() const;
 
   EarlyStoppingOptions options_;
   MonitoredValue value_;
@@ -84,7 +86,7 @@ class EarlyStopping : public Callback {
   double best_ = 0;
   int64_t best_epoch_ = -1;
   int64_t stopped_epoch_ = -1;
-  std::vector<Tensor> best_weights_;
+  std::map<std::string, Tensor> best_weights_;
 };
 
 struct ReduceLROnPlateauOptions {

@@ -165,34 +165,30 @@ int run_train(const std::string& out, int epochs, bool seed_per_worker, int die_
   const int w = s.worker_index();
   const auto t0 = std::chrono::steady_clock::now();
   int last_step = 0;
-  try {
-    if (uneven_input) {
-      // Each worker reads its own pipeline, worker 1's a batch shorter per epoch.
-      const auto weights = testing::mwms_train_uneven(s, InputReplicationMode::PerWorker, epochs);
-      std::ofstream f(out + "." + std::to_string(w));
-      f.precision(9);
-      for (const Tensor& t : weights)
-        for (double x : t.to_vector<double>()) f << x << '\n';
-      return f.good() ? 0 : 1;
+  const auto on_step = [&](int step) {
+    last_step = step;
+    if (w == die_worker && step == die_at_step) {
+      std::cout << "worker " << w << ": killing itself after step " << step << std::endl;
+      ::raise(SIGKILL);
     }
-    auto weights = testing::mwms_train(s, epochs, seed_per_worker ? 100 + uint64_t(w) * 7 : 1, [&](int step) {
-      last_step = step;
-      if (w == die_worker && step == die_at_step) {
-        std::cout << "worker " << w << ": killing itself after step " << step << std::endl;
-        ::raise(SIGKILL);
-      }
-      if (w == stall_worker && step == die_at_step) {
-        // Alive (its store connection open) but never reaching the next collective.
-        std::cout << "worker " << w << ": stalling after step " << step << std::endl;
-        std::this_thread::sleep_for(std::chrono::seconds(30));
-        std::_Exit(0);
-      }
-      if (w == stop_worker && step == die_at_step) {
-        // Every thread stops, the heartbeat thread too; its connections stay open.
-        std::cout << "worker " << w << ": stopping itself (SIGSTOP) after step " << step << std::endl;
-        ::raise(SIGSTOP);
-      }
-    }, sync_batch_norm);
+    if (w == stall_worker && step == die_at_step) {
+      // Alive (its store connection open) but never reaching the next collective.
+      std::cout << "worker " << w << ": stalling after step " << step << std::endl;
+      std::this_thread::sleep_for(std::chrono::seconds(30));
+      std::_Exit(0);
+    }
+    if (w == stop_worker && step == die_at_step) {
+      // Every thread stops, the heartbeat thread too; its connections stay open.
+      std::cout << "worker " << w << ": stopping itself (SIGSTOP) after step " << step << std::endl;
+      ::raise(SIGSTOP);
+    }
+  };
+  try {
+    // --uneven-input: each worker reads its own pipeline, worker 1's a batch shorter.
+    const auto weights =
+        uneven_input ? testing::mwms_train_uneven(s, InputReplicationMode::PerWorker, epochs)
+                     : testing::mwms_train(s, epochs, seed_per_worker ? 100 + uint64_t(w) * 7 : 1, on_step,
+                                           sync_batch_norm);
     std::ofstream f(out + "." + std::to_string(w));
     f.precision(9);
     for (const Tensor& t : weights)
