@@ -21,6 +21,7 @@
 #include <strata/train/clip.h>
 #include <strata/train/controller.h>
 #include <strata/train/callbacks.h>
+#include <strata/train/ema.h>
 #include <strata/train/fit.h>
 #include <strata/train/loss_scale_optimizer.h>
 #include <strata/train/losses.h>
@@ -36,4 +37,5 @@
 #include <strata/train/sharded_optimizer_state.h>
 #include <strata/train/sgd.h>
 #include <strata/train/summary_writer.h>
+#include <strata/train/swap_ema_weights.h>
 #include <strata/train/trainer.h>

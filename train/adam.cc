@@ -7,7 +7,7 @@
 namespace strata::optim {
 
 AdamImpl::AdamImpl(std::string name, LearningRate learning_rate, AdamOptions options, bool decoupled)
-    : OptimizerImpl(std::move(name), std::move(learning_rate), options.global_clipnorm),
+    : OptimizerImpl(std::move(name), std::move(learning_rate), options.global_clipnorm, options.ema),
       options_(options),
       decoupled_(decoupled) {
   STRATA_CHECK(options_.beta1 >= 0.0 && options_.beta1 < 1.0, "optim::", this->name(),
@@ -45,7 +45,7 @@ AdamW::AdamW(LearningRate learning_rate, AdamWOptions options)
     : Optimizer(std::make_shared<AdamImpl>(
           "AdamW", std::move(learning_rate),
           AdamOptions{options.beta1, options.beta2, options.epsilon, options.weight_decay,
-                      options.global_clipnorm, options.keras_epsilon},
+                      options.global_clipnorm, options.keras_epsilon, options.ema},
           true)) {}
 
 }  // namespace strata::optim

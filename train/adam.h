@@ -25,6 +25,7 @@ struct AdamOptions {
   double weight_decay = 0.0;  // Adam: L2 added to the gradient
   double global_clipnorm = 0.0;
   bool keras_epsilon = false;  // TensorFlow/Keras's placement of epsilon (above)
+  EmaOptions ema = {};           // a moving average of the weights (train/ema.h)
 };
 
 struct AdamWOptions {
@@ -34,6 +35,7 @@ struct AdamWOptions {
   double weight_decay = 0.01;  // decoupled, PyTorch's default
   double global_clipnorm = 0.0;
   bool keras_epsilon = false;  // TensorFlow/Keras's placement of epsilon (above)
+  EmaOptions ema = {};           // a moving average of the weights (train/ema.h)
 };
 
 class AdamImpl : public OptimizerImpl {

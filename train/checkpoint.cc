@@ -118,6 +118,10 @@ void check_same_optimizer(const TensorCheckpoint& ck, const std::string& file, c
     const size_t at = path.find(marker);
     if (at == std::string::npos) continue;
     const std::string slot = path.substr(at + marker.size());
+    STRATA_CHECK(slot != optim::kAverageSlot || opt.use_ema(), "Checkpoint::restore: ", file, ": '", path,
+                 "' is the moving average of a variable, kept by an optimizer with use_ema, but the program's "
+                 "optimizer '", name, "' (", opt.name(), ") has use_ema off: resuming would drop the averages "
+                 "(turn use_ema on, or start from a new directory)");
     STRATA_CHECK(std::find(own.begin(), own.end(), slot) != own.end(), "Checkpoint::restore: ", file,
                  ": '", path, "' is a slot '", slot, "' that the program's optimizer '", name, "' (", opt.name(),
                  ") does not have: the checkpoint was written by another optimizer (resume with that one, or "
@@ -257,7 +261,20 @@ RestoreStatus Checkpoint::restore(const fs::path& prefix) const {
     std::vector<Tensor> values;  // empty: drop the variable's slots
   };
   std::vector<SlotPlan> slot_plans;
-  for (const auto& [name, opt] : g.optimizers) check_same_optimizer(ck, file, name, opt);
+  for (const auto& [name, opt] : g.optimizers) {
+    check_same_optimizer(ck, file, name, opt);
+    for (const auto& wrapper_variable : opt.impl().wrapper_variables()) {
+      const std::string& key = wrapper_variable.first;
+      const std::string path = name + "/" + key;
+      const auto it = ck.tensors.find(path);
+      if (it == ck.tensors.end() || it->second.numel() != 1) continue;  // reported below, with the rest
+      try {
+        opt.impl().check_restored(key, it->second);
+      } catch (const Error& e) {
+        fail("Checkpoint::restore: ", file, ": '", path, "': ", e.what());
+      }
+    }
+  }
   for (const auto& [name, opt] : g.optimizers) {
     const auto slot_names = opt.slot_names();
     if (slot_names.empty()) continue;
@@ -267,10 +284,15 @@ RestoreStatus Checkpoint::restore(const fs::path& prefix) const {
         (ck.tensors.count(slot_path(path, name, s)) ? present : missing).push_back(s);
       SlotPlan plan{opt, var, {}};
       if (!present.empty()) {
-        STRATA_CHECK(missing.empty(), "Checkpoint::restore: ", file, ": missing variable '",
+        // A checkpoint written without use_ema: the averages start at the restored
+        // weights, as they start at the weights when use_ema is on from the first step.
+        const bool average_only = missing.size() == 1 && missing[0] == optim::kAverageSlot;
+        STRATA_CHECK(missing.empty() || average_only, "Checkpoint::restore: ", file, ": missing variable '",
                      slot_path(path, name, missing[0]), "' (the other slots of '", path,
                      "' are present)");
-        for (const auto& s : slot_names) plan.values.push_back(tensor_for(slot_path(path, name, s), var));
+        for (const auto& s : slot_names)
+          plan.values.push_back(s == optim::kAverageSlot && average_only ? tensor_for(path, var)
+                                                                         : tensor_for(slot_path(path, name, s), var));
       }
       slot_plans.push_back(std::move(plan));
     }

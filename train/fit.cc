@@ -199,7 +199,13 @@ class FitEvaluator final : public StandardEvaluator {
   const char* fn_;
 };
 
-LossFn wrap(const losses::Loss& loss) {
+// fit and evaluate take the mean over the global batch: what a SumOverBatchSize loss
+// object means. Another reduction would be silently replaced by it, so it is refused.
+LossFn wrap(const losses::Loss& loss, const char* fn) {
+  STRATA_CHECK(loss.reduction() == losses::Reduction::SumOverBatchSize, fn, ": the loss '", loss.name(),
+               "' has reduction ", losses::reduction_name(loss.reduction()), "; ", fn,
+               " minimises and reports the mean over the global batch (SumOverBatchSize). For another "
+               "reduction pass a function returning per-example losses scaled as needed");
   return [&loss](const Tensor& y_true, const Tensor& y_pred) { return loss.call(y_true, y_pred); };
 }
 
@@ -294,9 +300,10 @@ History fit(const nn::AnyModule& model, const LossFn& loss, const optim::Optimiz
     controller.train((epoch + 1) * steps_per_epoch, /*checkpoint_at_completion=*/manager.has_value());
     Outputs logs = without_rate(controller.last_train_outputs());
     if (evaluator) {
-      for (const auto& [name, value] : without_rate(controller.evaluate(options.validation_steps))) {
-        logs["val_" + name] = value;
-      }
+      for (Callback* cb : options.callbacks) cb->on_test_begin();
+      const Outputs val = without_rate(controller.evaluate(options.validation_steps));
+      for (Callback* cb : options.callbacks) cb->on_test_end(val);
+      for (const auto& [name, value] : val) logs["val_" + name] = value;
     }
     for (const auto& [name, value] : logs) history.history[name].push_back(value);
     history.epochs.push_back(epoch);
@@ -307,13 +314,14 @@ History fit(const nn::AnyModule& model, const LossFn& loss, const optim::Optimiz
     }
     if (stop) break;
   }
+  if (options.epochs > 0) optimizer.finalize_variable_values(model.trainable_variables());
   for (Callback* cb : options.callbacks) cb->on_train_end(history);
   return history;
 }
 
 History fit(const nn::AnyModule& model, const losses::Loss& loss, const optim::Optimizer& optimizer,
             const data::Dataset& dataset, const FitOptions& options) {
-  return fit(model, wrap(loss), optimizer, dataset, options);
+  return fit(model, wrap(loss, "fit"), optimizer, dataset, options);
 }
 
 Outputs evaluate(const nn::AnyModule& model, const LossFn& loss, const data::Dataset& dataset,
@@ -339,7 +347,7 @@ Outputs evaluate(const nn::AnyModule& model, const LossFn& loss, const data::Dat
 
 Outputs evaluate(const nn::AnyModule& model, const losses::Loss& loss, const data::Dataset& dataset,
                  const EvaluateOptions& options) {
-  return evaluate(model, wrap(loss), dataset, options);
+  return evaluate(model, wrap(loss, "evaluate"), dataset, options);
 }
 
 Tensor predict(const nn::AnyModule& model, const data::Dataset& dataset, const PredictOptions& options) {

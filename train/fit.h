@@ -27,6 +27,10 @@
 // TensorBoard summaries to model_dir/train and model_dir/validation; running fit again
 // with the same model_dir resumes at the saved epoch.
 //
+// With an optimizer that keeps a moving average of the weights (use_ema, train/ema.h),
+// fit ends by putting the averages into the model's trainable variables, as Keras's fit
+// does (Optimizer::finalize_variable_values; not when epochs is 0).
+//
 // Under a strategy's scope fit uses that strategy (or `strategy`, entering its scope);
 // the model and optimizer must have been created under the same strategy — variables of
 // another strategy, or plain variables under a multi-replica strategy, are an error.
@@ -61,13 +65,17 @@ struct History {
 
 // Hooks around fit's epochs (Keras's Callback). A callback may call request_stop() to end
 // training after the current epoch (Keras's model.stop_training = True). Keras's
-// EarlyStopping and ReduceLROnPlateau are in train/callbacks.h.
+// EarlyStopping and ReduceLROnPlateau are in train/callbacks.h, SwapEMAWeights in
+// train/swap_ema_weights.h.
 class Callback {
  public:
   virtual ~Callback() = default;
   virtual void on_train_begin() {}
   virtual void on_epoch_begin(int64_t epoch) { (void)epoch; }
   virtual void on_epoch_end(int64_t epoch, const Outputs& logs) { (void)epoch, (void)logs; }
+  // Around the validation after each epoch (logs: its loss and metrics, unprefixed).
+  virtual void on_test_begin() {}
+  virtual void on_test_end(const Outputs& logs) { (void)logs; }
   virtual void on_train_end(const History& history) { (void)history; }
 
   void request_stop() { stop_requested_ = true; }
@@ -95,6 +103,8 @@ class LambdaCallback : public Callback {
   std::function<void()> train_begin;
   std::function<void(int64_t epoch)> epoch_begin;
   std::function<void(int64_t epoch, const Outputs& logs)> epoch_end;
+  std::function<void()> test_begin;
+  std::function<void(const Outputs& logs)> test_end;
   std::function<void(const History&)> train_end;
 
   void on_train_begin() override {
@@ -105,6 +115,12 @@ class LambdaCallback : public Callback {
   }
   void on_epoch_end(int64_t epoch, const Outputs& logs) override {
     if (epoch_end) epoch_end(epoch, logs);
+  }
+  void on_test_begin() override {
+    if (test_begin) test_begin();
+  }
+  void on_test_end(const Outputs& logs) override {
+    if (test_end) test_end(logs);
   }
   void on_train_end(const History& h) override {
     if (train_end) train_end(h);

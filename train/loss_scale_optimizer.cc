@@ -95,7 +95,23 @@ void LossScaleOptimizerImpl::update(const Tensor& param, const Tensor& grad, std
 }
 
 std::vector<std::pair<std::string, Variable>> LossScaleOptimizerImpl::wrapper_variables() const {
+  // A fixed scale is a constant of the program, as in Keras (which tracks the scale only
+  // when it is dynamic): not saved, and a saved one never replaces it.
+  if (!dynamic_) return {};
   return {{"loss_scale", loss_scale_}, {"good_steps", good_steps_}};
+}
+
+void LossScaleOptimizerImpl::check_restored(const std::string& key, const Tensor& value) const {
+  // A scale of 0, inf or NaN would make every step non-finite; a negative one would
+  // flip the gradients' signs.
+  if (key == "loss_scale") {
+    const double scale = value.item<double>();
+    STRATA_CHECK(std::isfinite(scale) && scale > 0, "the saved loss scale ", scale,
+                 " is not a positive finite number");
+  } else if (key == "good_steps") {
+    const int64_t good = value.item<int64_t>();
+    STRATA_CHECK(good >= 0, "the saved count of good steps ", good, " is negative");
+  }
 }
 
 void LossScaleOptimizerImpl::apply_wrapped(const std::vector<Tensor>& grads, const std::vector<Variable>& vars,

@@ -26,8 +26,10 @@
 // The scale (float32) and the counter of good steps (int64) are non-trainable variables
 // with aggregation ONLY_FIRST_REPLICA: created inside a strategy's scope they are mirrored,
 // and every replica (and worker) applies the same change, decided from the same reduced
-// gradients, so they stay identical everywhere. A train::Checkpoint tracking the optimizer
-// saves them as "<name>/loss_scale" and "<name>/good_steps".
+// gradients, so they stay identical everywhere. A train::Checkpoint tracking a dynamic
+// optimizer saves them as "<name>/loss_scale" and "<name>/good_steps" (a restored scale
+// must be positive and finite); a fixed scale is the program's constant, as in Keras: not
+// saved, and one in the checkpoint (from a dynamic run) is left unused.
 //
 // The handle is an optim::Optimizer: iterations(), learning_rate(), slots and build()
 // are the inner optimizer's, and a copy stored as an optim::Optimizer still scales (use
@@ -55,6 +57,7 @@ class LossScaleOptimizerImpl final : public OptimizerImpl {
   void apply_wrapped(const std::vector<Tensor>& grads, const std::vector<Variable>& vars,
                      bool aggregate_gradients) override;
   std::vector<std::pair<std::string, Variable>> wrapper_variables() const override;
+  void check_restored(const std::string& key, const Tensor& value) const override;
 
   const Optimizer& inner() const { return inner_; }
   bool dynamic() const { return dynamic_; }

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include <strata/core/ops.h>
+#include <strata/distribute/strategy.h>
 
 namespace strata::losses {
 
@@ -127,6 +128,15 @@ Tensor huber(const Tensor& y_true, const Tensor& y_pred, double delta) {
   const Tensor loss = where(less_equal(abs_error, scalar_like(abs_error, delta)),
                             square(error) * 0.5, abs_error * delta - 0.5 * delta * delta);
   return mean(loss, std::vector<int64_t>{-1});
+}
+
+Tensor Loss::operator()(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight) const {
+  STRATA_CHECK(reduction_ != Reduction::SumOverBatchSize || !distribute::has_strategy(), "losses::", name_,
+               ": the reduction SumOverBatchSize would divide by each replica's part of the batch under the "
+               "distribution strategy '", distribute::get_strategy().name(),
+               "'; create the loss with Reduction::None (or Sum) and divide by the global batch size: "
+               "distribute::compute_average_loss(loss(y_true, y_pred), global_batch_size)");
+  return compute_weighted_loss(call(y_true, y_pred), sample_weight, reduction_);
 }
 
 Tensor compute_weighted_loss(const Tensor& losses, const Tensor& sample_weight,

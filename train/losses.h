@@ -12,7 +12,10 @@
 //
 // The classes apply a Reduction like Keras's Loss objects: NONE returns the per-example
 // losses (times sample_weight), SUM their sum, SUM_OVER_BATCH_SIZE their sum divided by
-// their number of elements (not by the sum of the weights, as in Keras).
+// their number of elements (not by the sum of the weights, as in Keras). Under a
+// distribution strategy a SUM_OVER_BATCH_SIZE loss object refuses to be called, as in
+// Keras (see Loss::operator()); train::fit and train::evaluate take it and compute the
+// mean over the global batch themselves.
 //
 // float16/bfloat16 predictions (mixed precision) are cast to float32 first, so every loss
 // is computed and returned in float32.
@@ -85,10 +88,10 @@ class Loss {
       : reduction_(reduction), name_(std::move(name)) {}
   virtual ~Loss() = default;
 
-  Tensor operator()(const Tensor& y_true, const Tensor& y_pred,
-                    const Tensor& sample_weight = Tensor()) const {
-    return compute_weighted_loss(call(y_true, y_pred), sample_weight, reduction_);
-  }
+  // Under a distribution strategy (has_strategy()) SumOverBatchSize is refused, as Keras
+  // refuses it outside its built-in loops: each replica would divide by its own part of
+  // the batch. Use Reduction::None and distribute::compute_average_loss instead.
+  Tensor operator()(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight = Tensor()) const;
   // The unreduced per-example losses.
   virtual Tensor call(const Tensor& y_true, const Tensor& y_pred) const = 0;
 

@@ -3,6 +3,7 @@
 #include <strata/autograd/tape.h>
 #include <strata/core/ops.h>
 #include <strata/distribute/distributed_variable.h>
+#include <strata/distribute/strategy.h>
 
 namespace strata::metrics {
 
@@ -33,8 +34,13 @@ void MetricImpl::add_to(const Variable& var, const Tensor& delta) {
   //    replica order, so deterministically) and applies them once;
   //  - a metric created outside any strategy's scope (plain variables): their assign_add
   //    is atomic per variable (autograd/variable.h), as TensorFlow's resource variables.
-  // Sync-on-read variables give each replica its own component: add to it in place.
-  if (!var.impl().is_replicated()) {
+  // Sync-on-read variables give each replica its own component: inside their strategy's
+  // run, add to it in place. Elsewhere (cross-replica context) value() is a fresh sum
+  // over the replicas, so adding to it would be lost: assign_add raises there instead,
+  // as TensorFlow's sync-on-read Sum variables do.
+  const auto* distributed = dynamic_cast<const distribute::DistributedVariableImpl*>(&var.impl());
+  if (!var.impl().is_replicated() || distributed == nullptr ||
+      distributed->strategy().current_local_context() == nullptr) {
     var.assign_add(delta);
     return;
   }
@@ -134,7 +140,10 @@ void Accuracy::update_state(const Tensor& y_true, const Tensor& y_pred,
   STRATA_CHECK(labels.shape() == y_pred.shape(), "metrics::", name(), ".update_state: y_true ",
                shape_str(y_true.shape()), " and y_pred ", shape_str(y_pred.shape()),
                " differ in shape");
-  static_cast<MeanImpl&>(impl()).update_values(cast(equal(labels, y_pred), kFloat64), sample_weight);
+  // Keras compares in the labels' dtype: float predictions for integer labels are cast
+  // (truncated) to integers first.
+  const Tensor pred = y_pred.dtype() == labels.dtype() ? y_pred : cast(y_pred, labels.dtype());
+  static_cast<MeanImpl&>(impl()).update_values(cast(equal(labels, pred), kFloat64), sample_weight);
 }
 
 SparseCategoricalAccuracy::SparseCategoricalAccuracy(std::string name)

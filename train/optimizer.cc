@@ -1,5 +1,6 @@
 #include <strata/train/optimizer.h>
 
+#include <algorithm>
 #include <unordered_set>
 
 #include <strata/autograd/tape.h>
@@ -16,10 +17,11 @@ namespace strata::optim {
 using autograd::VariableAggregation;
 using autograd::VariableOptions;
 
-OptimizerImpl::OptimizerImpl(std::string name, LearningRate learning_rate, double global_clipnorm)
-    : name_(std::move(name)), learning_rate_(std::move(learning_rate)), global_clipnorm_(global_clipnorm) {
+OptimizerImpl::OptimizerImpl(std::string name, LearningRate learning_rate, double global_clipnorm, EmaOptions ema)
+    : name_(std::move(name)), learning_rate_(std::move(learning_rate)), global_clipnorm_(global_clipnorm), ema_(ema) {
   STRATA_CHECK(global_clipnorm >= 0.0, "optim::", name_, ": global_clipnorm must be >= 0, got ",
                global_clipnorm);
+  check_ema_options(name_, ema_);
   VariableOptions options;
   options.name = name_ + "/iterations";
   options.trainable = false;
@@ -29,6 +31,19 @@ OptimizerImpl::OptimizerImpl(std::string name, LearningRate learning_rate, doubl
 
 // A wrapper never uses its own learning rate (the handle reads the wrapped one).
 OptimizerImpl::OptimizerImpl(std::string name) : name_(std::move(name)), learning_rate_(0.0), global_clipnorm_(0) {}
+
+std::vector<std::string> OptimizerImpl::all_slot_names() const {
+  std::vector<std::string> names = slot_names();
+  if (ema_.use_ema) names.emplace_back(kAverageSlot);
+  return names;
+}
+
+void OptimizerImpl::apply_update(const Tensor& param, const Tensor& grad, std::span<const Tensor> slots,
+                                 const UpdateContext& ctx) const {
+  const size_t own = slots.size() - (ema_.use_ema ? 1 : 0);
+  update(param, grad, slots.first(own), ctx);
+  if (ema_.use_ema) update_moving_average(param, slots[own], ema_, ctx.step);
+}
 
 void OptimizerImpl::apply_wrapped(const std::vector<Tensor>&, const std::vector<Variable>&, bool) {
   fail("optim::", name_, ": apply_wrapped called on an optimizer that wraps none (internal error)");
@@ -78,6 +93,11 @@ std::optional<Variable> Optimizer::find_slot(const Variable& var, const std::str
   return it->second.slots[index];
 }
 
+std::optional<Variable> Optimizer::average(const Variable& var) const {
+  STRATA_CHECK(use_ema(), "optim::", name(), "::average: the optimizer keeps no moving average (use_ema is off)");
+  return find_slot(var, kAverageSlot);
+}
+
 std::vector<Variable> Optimizer::get_or_create_slots(const Variable& var) const {
   OptimizerImpl& s = state();
   {
@@ -95,13 +115,15 @@ std::vector<Variable> Optimizer::get_or_create_slots(const Variable& var) const 
   set.variable = var;
   if (slots_are_sharded(var)) {
     // ZeRO-1: each replica holds its chunk only (train/sharded_optimizer_state.h).
-    set.slots = create_sharded_slots(s.slot_names(), var);
+    set.slots = create_sharded_slots(s.all_slot_names(), var);
   } else {
-    for (const auto& slot : s.slot_names()) {
+    for (const auto& slot : s.all_slot_names()) {
       VariableOptions options;
       options.name = var.name() + "/" + slot;
       options.trainable = false;
-      set.slots.emplace_back(var.impl().make_like(zeros_like(var.value()), options));
+      // The moving average starts as a copy of the variable (train/ema.h), the rest at 0.
+      const Tensor initial = slot == kAverageSlot ? var.value().clone() : zeros_like(var.value());
+      set.slots.emplace_back(var.impl().make_like(initial, options));
     }
   }
   std::lock_guard<std::mutex> lock(s.mu_);
@@ -134,6 +156,53 @@ std::vector<std::pair<std::string, Variable>> Optimizer::checkpoint_variables() 
   return out;
 }
 
+namespace {
+// The averages of `vars` that exist, paired with their variables, for finalize and swap:
+// checked to be called outside Strategy::run (the assignments below are cross-replica).
+std::vector<std::pair<Variable, Variable>> averaged(const Optimizer& opt, const std::vector<Variable>& vars,
+                                                    const char* what) {
+  const distribute::ReplicaContext* ctx = distribute::get_replica_context();
+  STRATA_CHECK(ctx == nullptr || ctx->strategy().is_default(), "optim::", opt.name(), "::", what,
+               ": call it outside Strategy::run (it assigns every replica's copy), as after training");
+  std::vector<std::pair<Variable, Variable>> out;
+  for (const Variable& var : vars) {
+    STRATA_CHECK(var.defined(), "optim::", opt.name(), "::", what, ": undefined variable");
+    if (auto average = opt.find_slot(var, kAverageSlot)) out.emplace_back(var, *average);
+  }
+  return out;
+}
+}  // namespace
+
+void Optimizer::finalize_variable_values(const std::vector<Variable>& vars) const {
+  if (!use_ema()) return;
+  autograd::StopRecording no_tape;
+  const auto pairs = averaged(*this, vars, "finalize_variable_values");
+  OptimizerImpl& s = state();
+  // After a swap the model holds the averages already; the averages get the model's
+  // values so that both agree, and the swap is over.
+  const bool swapped = s.ema_swapped_.load();
+  for (const auto& [var, average] : pairs) {
+    if (swapped)
+      average.assign(var.value());
+    else
+      var.assign(average.value());
+  }
+  s.ema_swapped_.store(false);
+}
+
+void Optimizer::swap_ema_weights(const std::vector<Variable>& vars) const {
+  STRATA_CHECK(use_ema(), "optim::", name(), "::swap_ema_weights: the optimizer keeps no moving average; "
+               "create it with use_ema (EmaOptions) to evaluate with averaged weights");
+  autograd::StopRecording no_tape;
+  for (const auto& [var, average] : averaged(*this, vars, "swap_ema_weights")) {
+    const Tensor weights = var.value().clone();
+    var.assign(average.value());
+    average.assign(weights);
+  }
+  OptimizerImpl& s = state();
+  s.ema_swapped_.store(!s.ema_swapped_.load());
+}
+
 void Optimizer::build(const std::vector<Variable>& vars) const {
   for (const auto& v : vars) {
     STRATA_CHECK(v.defined(), "optim::", name(), "::build: undefined variable");
@@ -161,6 +230,12 @@ void check_apply_arguments(const std::string& optimizer, const std::vector<Tenso
                  "::apply_gradients: gradient dtype ", grads[i].dtype(), " for variable '",
                  vars[i].name(), "' of dtype ", vars[i].dtype());
   }
+  // Keras's filter_empty_gradients: a step with no gradient at all is a mistake (a loss
+  // that does not depend on the variables, or a tape that did not watch them).
+  STRATA_CHECK(vars.empty() || std::any_of(grads.begin(), grads.end(), [](const Tensor& g) { return g.defined(); }),
+               "optim::", optimizer, "::apply_gradients: no gradient provided for any of the ", vars.size(),
+               " variables (the first is '", vars.empty() ? std::string() : vars[0].name(),
+               "'): the loss does not depend on them, or the tape did not watch them");
   STRATA_CHECK(!distribute::in_cross_replica_context(), "optim::", optimizer,
                "::apply_gradients: cannot be called in cross-replica context (inside a "
                "strategy's scope but outside Strategy::run); call it from the step function "
@@ -211,6 +286,8 @@ void Optimizer::increment_iterations() const {
 
 void Optimizer::apply_gradients(const std::vector<Tensor>& grads, const std::vector<Variable>& vars,
                                 bool aggregate_gradients) const {
+  STRATA_CHECK(!state().ema_swapped_.load(), "optim::", name(), "::apply_gradients: the model holds the moving "
+               "averages (swap_ema_weights was called an odd number of times); swap them back before training");
   if (impl().wrapped()) {
     impl().apply_wrapped(grads, vars, aggregate_gradients);
     return;
@@ -252,7 +329,7 @@ void Optimizer::apply_gradients(const std::vector<Tensor>& grads, const std::vec
                    "or restore the optimizer from a checkpoint into a fresh one");
       slots.push_back(sv.value());
     }
-    s.update(param, grad, slots, uctx);
+    s.apply_update(param, grad, slots, uctx);
   };
   // Range `part` of `parts` of variable i and of its slots (shard_range's split), through
   // flat views; false when a view would be a copy (a non-contiguous tensor).
@@ -273,7 +350,7 @@ void Optimizer::apply_gradients(const std::vector<Tensor>& grads, const std::vec
     Tensor grad = range(g[i].contiguous());
     if (!same_memory(grad.device(), param.device())) grad = grad.to(param.device());
     for (Tensor& t : slots) t = range(t);
-    s.update(range(param), grad, slots, uctx);
+    s.apply_update(range(param), grad, slots, uctx);
     return true;
   };
   auto increment = [&] {

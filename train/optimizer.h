@@ -31,12 +31,16 @@
 // Slot variables are created the first time a variable is updated (or by build()), with
 // var.impl().make_like(...) so that they are placed and synchronised like the variable.
 //
+// With EmaOptions::use_ema (train/ema.h) each updated variable also has an "average" slot,
+// moved right after the variable's update (in every path above, sharded included).
+//
 // An optimizer may wrap another (optim::LossScaleOptimizer, train/loss_scale_optimizer.h):
 // its handle then forwards the step counter, learning rate, slots and build() to the
 // wrapped optimizer, and apply_gradients to the wrapper, which applies through the wrapped
 // optimizer with aggregate_gradients = false once it has reduced the gradients itself.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -48,6 +52,7 @@
 
 #include <strata/autograd/variable.h>
 #include <strata/core/tensor.h>
+#include <strata/train/ema.h>
 #include <strata/train/schedules.h>
 
 namespace strata::optim {
@@ -62,7 +67,7 @@ struct UpdateContext {
 // to add an optimizer.
 class OptimizerImpl {
  public:
-  OptimizerImpl(std::string name, LearningRate learning_rate, double global_clipnorm);
+  OptimizerImpl(std::string name, LearningRate learning_rate, double global_clipnorm, EmaOptions ema = {});
   virtual ~OptimizerImpl() = default;
   OptimizerImpl(const OptimizerImpl&) = delete;
   OptimizerImpl& operator=(const OptimizerImpl&) = delete;
@@ -74,8 +79,16 @@ class OptimizerImpl {
   virtual void update(const Tensor& param, const Tensor& grad, std::span<const Tensor> slots,
                       const UpdateContext& ctx) const = 0;
 
+  // Every slot a variable has: slot_names(), then "average" with use_ema.
+  std::vector<std::string> all_slot_names() const;
+  // update() on the optimizer's own slots, then, with use_ema, the average's step on the
+  // last one (`slots` in all_slot_names() order).
+  void apply_update(const Tensor& param, const Tensor& grad, std::span<const Tensor> slots,
+                    const UpdateContext& ctx) const;
+
   const std::string& name() const { return name_; }
   double global_clipnorm() const { return global_clipnorm_; }
+  const EmaOptions& ema() const { return ema_; }
   // True when update() treats every element on its own (param, grad and slots elementwise,
   // no reduction over the tensor): such an update may run on any flat range of a variable,
   // which is what ZeRO-1 needs (train/sharded_optimizer_state.h). SGD, Adam and AdamW.
@@ -90,6 +103,9 @@ class OptimizerImpl {
   // The wrapper's own variables by checkpoint key (e.g. "loss_scale"), saved as
   // "<tracked name>/<key>" beside "<tracked name>/iterations".
   virtual std::vector<std::pair<std::string, Variable>> wrapper_variables() const { return {}; }
+  // Throws (saying why) when `value`, read from a checkpoint for the wrapper variable
+  // `key`, is not a state the wrapper can be in; called before anything is restored.
+  virtual void check_restored(const std::string& key, const Tensor& value) const { (void)key, (void)value; }
 
  protected:
   // A wrapper's state: no step counter, learning rate or slots of its own.
@@ -105,6 +121,10 @@ class OptimizerImpl {
   std::string name_;
   LearningRate learning_rate_;
   double global_clipnorm_;
+  EmaOptions ema_;
+  // True between an odd and an even number of Optimizer::swap_ema_weights calls: the
+  // model holds the averages and the "average" slots the trained weights.
+  std::atomic<bool> ema_swapped_{false};
   Variable iterations_;
   mutable std::mutex mu_;  // guards slots_ (replica threads update concurrently)
   std::map<const autograd::VariableImpl*, SlotSet> slots_;
@@ -133,7 +153,8 @@ class Optimizer {
   // False when the learning rate is a schedule of the step.
   bool learning_rate_is_constant() const;
 
-  std::vector<std::string> slot_names() const { return impl().slot_names(); }
+  // The slots each variable gets, in order (the update's, then "average" with use_ema).
+  std::vector<std::string> slot_names() const { return state().all_slot_names(); }
   // The named slot of `var`, when created.
   std::optional<Variable> find_slot(const Variable& var, const std::string& slot) const;
   // The variable's slots in slot_names() order, creating them when missing.
@@ -148,6 +169,23 @@ class Optimizer {
   // plus a wrapper's own ("loss_scale", "good_steps"). Slots are saved by the variables
   // they belong to.
   std::vector<std::pair<std::string, Variable>> checkpoint_variables() const;
+
+  // ---- the moving average of the weights (train/ema.h) ----
+  bool use_ema() const { return state().ema_.use_ema; }
+  const EmaOptions& ema() const { return state().ema_; }
+  // The average of `var`, once the optimizer has updated it (or built its slots).
+  std::optional<Variable> average(const Variable& var) const;
+  // Keras's finalize_variable_values: with use_ema, each of `vars` that has an average
+  // takes its value (after a swap_ema_weights, the model holds them already and the
+  // averages get them back); without, nothing. Cross-replica context (or no strategy);
+  // every worker calls it with the same variables in the same order.
+  void finalize_variable_values(const std::vector<Variable>& vars) const;
+  // Exchanges the values of `vars` and their averages (SwapEMAWeights); calling it again
+  // with the same variables swaps back. apply_gradients refuses to run while swapped.
+  // Raises without use_ema. Cross-replica context (or no strategy), as above.
+  void swap_ema_weights(const std::vector<Variable>& vars) const;
+  // True while the model holds the averages (an odd number of swaps).
+  bool ema_weights_swapped() const { return state().ema_swapped_.load(); }
 
   const std::string& name() const { return impl().name(); }
   bool defined() const { return impl_ != nullptr; }

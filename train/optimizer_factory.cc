@@ -22,6 +22,13 @@ class Hparams {
                  "' must be a number, got ", j_[key].dump());
     return j_[key].get<double>();
   }
+  int64_t integer(const std::string& key, int64_t fallback) {
+    used_.insert(key);
+    if (!j_.is_object() || !j_.contains(key)) return fallback;
+    STRATA_CHECK(j_[key].is_number_integer(), "make_optimizer(", optimizer_, "): '", key,
+                 "' must be an integer, got ", j_[key].dump());
+    return j_[key].get<int64_t>();
+  }
   double required(const std::string& key) {
     STRATA_CHECK(j_.is_object() && j_.contains(key), "make_optimizer(", optimizer_,
                  "): missing hyperparameter '", key, "'");
@@ -48,6 +55,15 @@ class Hparams {
   std::set<std::string> used_;
 };
 
+// Keras's names for the moving average of the weights (every optimizer reads them).
+EmaOptions ema_options(Hparams& h) {
+  EmaOptions e;
+  e.use_ema = h.boolean("use_ema", e.use_ema);
+  e.momentum = h.number("ema_momentum", e.momentum);
+  e.overwrite_frequency = h.integer("ema_overwrite_frequency", e.overwrite_frequency);
+  return e;
+}
+
 // Adam and AdamW read the same hyperparameters (AdamW's weight decay is decoupled).
 template <typename Opt, typename Options>
 Optimizer make_adam_like(Hparams& h) {
@@ -58,6 +74,7 @@ Optimizer make_adam_like(Hparams& h) {
   o.epsilon = h.number("eps", o.epsilon);
   o.weight_decay = h.number("weight_decay", o.weight_decay);
   o.global_clipnorm = h.number("global_clipnorm", o.global_clipnorm);
+  o.ema = ema_options(h);
   h.check_all_used();
   return Opt(lr, o);
 }
@@ -73,6 +90,7 @@ Optimizer make_optimizer(const std::string& name, const nlohmann::json& hparams)
     o.nesterov = h.boolean("nesterov", o.nesterov);
     o.weight_decay = h.number("weight_decay", o.weight_decay);
     o.global_clipnorm = h.number("global_clipnorm", o.global_clipnorm);
+    o.ema = ema_options(h);
     h.check_all_used();
     return SGD(lr, o);
   }

@@ -5,7 +5,8 @@
 //   "sgd":   lr, momentum (0), nesterov (false), weight_decay (0)
 //   "adam":  lr, beta1 (0.9), beta2 (0.999), eps (1e-8), weight_decay (0, L2)
 //   "adamw": lr, beta1, beta2, eps, weight_decay (0.01, decoupled)
-//   all:     global_clipnorm (0 = off)
+//   all:     global_clipnorm (0 = off); use_ema (false), ema_momentum (0.99),
+//            ema_overwrite_frequency (0 = never; Keras's None), train/ema.h
 // Unknown names, unknown hyperparameters and values of the wrong type throw strata::Error
 // naming them, so a case with a new knob fails loudly instead of running without it.
 #pragma once

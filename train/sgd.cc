@@ -5,7 +5,7 @@
 namespace strata::optim {
 
 SGDImpl::SGDImpl(LearningRate learning_rate, SGDOptions options)
-    : OptimizerImpl("SGD", std::move(learning_rate), options.global_clipnorm), options_(options) {
+    : OptimizerImpl("SGD", std::move(learning_rate), options.global_clipnorm, options.ema), options_(options) {
   STRATA_CHECK(options_.momentum >= 0.0, "optim::SGD: momentum must be >= 0, got ", options_.momentum);
   STRATA_CHECK(options_.weight_decay >= 0.0, "optim::SGD: weight_decay must be >= 0, got ",
                options_.weight_decay);

@@ -14,6 +14,7 @@ struct SGDOptions {
   bool nesterov = false;
   double weight_decay = 0.0;
   double global_clipnorm = 0.0;  // 0: no clipping
+  EmaOptions ema = {};           // a moving average of the weights (train/ema.h)
 };
 
 class SGDImpl : public OptimizerImpl {

@@ -127,7 +127,9 @@ std::vector<Variable> create_sharded_slots(const std::vector<std::string>& slot_
       autograd::VariableOptions options;
       options.name = var.name() + "/" + slot;
       options.trainable = false;
-      slots->emplace_back(std::make_shared<ShardedSlotImpl>(*strategy, zero, options));
+      // The moving average starts as a copy of the variable (train/ema.h), the rest at 0.
+      const Tensor& initial = slot == kAverageSlot ? var.value() : zero;
+      slots->emplace_back(std::make_shared<ShardedSlotImpl>(*strategy, initial, options));
     }
     return slots;
   };
@@ -255,7 +257,7 @@ void Optimizer::apply_sharded(const std::vector<Tensor>& grads, const std::vecto
   for (auto& [dtype, items] : groups) {
     for (auto& it : items) {
       const auto [begin, end] = distribute::shard_range(it.numel, n, me);
-      if (end > begin) s.update(it.param.slice(0, begin, end), it.grad_chunk, it.slots, uctx);
+      if (end > begin) s.apply_update(it.param.slice(0, begin, end), it.grad_chunk, it.slots, uctx);
     }
   }
 

@@ -209,6 +209,14 @@ TEST_CASE("fit: callbacks see every epoch and can stop training") {
   REQUIRE(calls == std::vector<std::string>{"train_begin", "epoch_begin 0", "epoch_end 0", "epoch_begin 1",
                                             "epoch_end 1", "train_end 2"});
   REQUIRE(opt.iterations_value() == 6);
+
+  // fit minimises the mean over the global batch: a loss object reduced otherwise is
+  // refused instead of silently averaged.
+  REQUIRE_THROWS_WITH(
+      train::fit(model, losses::SparseCategoricalCrossentropy(true, losses::Reduction::Sum), opt, d.train, o),
+      Catch::Contains("has reduction sum") && Catch::Contains("SumOverBatchSize"));
+  REQUIRE_THROWS_WITH(train::evaluate(model, losses::SparseCategoricalCrossentropy(true, losses::Reduction::None), d.train),
+                      Catch::Contains("has reduction none"));
 }
 
 TEST_CASE("fit: predict keeps the example order and matches the model under every strategy") {

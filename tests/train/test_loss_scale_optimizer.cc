@@ -358,6 +358,23 @@ TEST_CASE("LossScaleOptimizer: the scale state round-trips through a checkpoint"
   train::Checkpoint{{"w", w}, {"optimizer", plain}}.save(dir / "plain", 0);
   CHECK_THROWS_WITH(train::Checkpoint({{"w", w2}, {"optimizer", fresh}}).restore(dir / "plain"),
                     Catch::Matchers::Contains("missing variable 'optimizer/good_steps'"));
+
+  // A fixed scale is the program's constant (Keras tracks only a dynamic one): a saved
+  // dynamic scale does not replace it, and it is not saved itself.
+  optim::LossScaleOptimizer fixed(optim::Adam(0.1), /*dynamic=*/false, 64.0);
+  const train::RestoreStatus status = train::Checkpoint{{"w", w2}, {"optimizer", fixed}}.restore(dir / "ckpt-4");
+  CHECK(fixed.loss_scale() == 64.0);
+  CHECK(fixed.iterations_value() == 4);
+  CHECK(std::count(status.unused.begin(), status.unused.end(), "optimizer/loss_scale") == 1);
+  train::Checkpoint with_fixed{{"w", w2}, {"optimizer", fixed}};
+  CHECK(with_fixed.variables_by_path().count("optimizer/loss_scale") == 0);
+
+  // A saved scale the optimizer could not run with is refused before anything changes.
+  opt.loss_scale_variable().assign(Tensor::scalar(0.0, kFloat32));
+  ckpt.save(dir / "zero-scale", 5);
+  CHECK_THROWS_WITH(train::Checkpoint({{"w", w2}, {"optimizer", fresh}}).restore(dir / "zero-scale"),
+                    Catch::Matchers::Contains("'optimizer/loss_scale': the saved loss scale 0 is not a positive finite"));
+  CHECK(fresh.loss_scale() == 128.0);
   fs::remove_all(dir);
 }
 

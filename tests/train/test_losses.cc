@@ -4,6 +4,7 @@
 
 #include <strata/autograd/autograd.h>
 #include <strata/core/random.h>
+#include <strata/distribute/strategy.h>
 #include "tests/test_util.h"
 #include <strata/train/losses.h>
 
@@ -75,6 +76,23 @@ TEST_CASE("SparseCategoricalCrossentropy: Keras documentation values", "[train][
         Approx(2.354).epsilon(1e-3));
   Tensor none = losses::SparseCategoricalCrossentropy(false, Reduction::None)(y_true, y_pred);
   REQUIRE_ALLCLOSE(none, f32({0.0513f, 2.303f}, {2}), 1e-3, 1e-4);
+}
+
+TEST_CASE("A SumOverBatchSize loss object is refused under a distribution strategy as in Keras", "[train][losses]") {
+  Tensor y_true = Tensor::from_vector<int64_t>({1, 2}, {2});
+  Tensor y_pred = f32({0.05f, 0.95f, 0.f, 0.1f, 0.8f, 0.1f}, {2, 3});
+  distribute::MirroredStrategy strategy(distribute::MirroredStrategy::cpu_devices(2));
+  const losses::SparseCategoricalCrossentropy mean_loss;
+  {
+    auto scope = strategy.scope();
+    CHECK_THROWS_WITH(mean_loss(y_true, y_pred), Catch::Contains("SumOverBatchSize") &&
+                                                     Catch::Contains("compute_average_loss"));
+    // Each replica would divide by its own part of the batch.
+    CHECK_THROWS_WITH(strategy.run([&] { return mean_loss(y_true, y_pred); }), Catch::Contains("SumOverBatchSize"));
+    CHECK(scalar(losses::SparseCategoricalCrossentropy(false, Reduction::Sum)(y_true, y_pred)) ==
+          Approx(2.354).epsilon(1e-3));
+  }
+  CHECK(scalar(mean_loss(y_true, y_pred)) == Approx(1.177).epsilon(1e-3));
 }
 
 TEST_CASE("CategoricalCrossentropy: hand and Keras documentation values", "[train][losses]") {

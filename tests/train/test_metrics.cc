@@ -73,6 +73,11 @@ TEST_CASE("Accuracy and SparseCategoricalAccuracy: Keras documentation values",
   CHECK_THROWS_AS(sca.update_state(Tensor::from_vector<int64_t>({1, 1, 1}, {3}), probs), Error);
   metrics::Metric empty;
   CHECK_THROWS_AS(empty.result(), Error);
+
+  // Keras compares in the labels' dtype: float predictions are cast to integer labels.
+  metrics::Accuracy cast_acc;
+  cast_acc.update_state(Tensor::from_vector<int64_t>({0, 1}, {2}), f32({0.9f, 1.0f}, {2}));
+  CHECK(value(cast_acc) == 1.0);
 }
 
 TEST_CASE("Metrics are sync-on-read under MirroredStrategy", "[train][metrics][distribute]") {
@@ -105,4 +110,13 @@ TEST_CASE("Metrics are sync-on-read under MirroredStrategy", "[train][metrics][d
   CHECK(value(loss) == 0.0);
   for (const Tensor& t : strategy.experimental_local_results(loss.variables()[0].second))
     CHECK(t.item<double>() == 0.0);
+
+  // Outside run the replicas' sums cannot take an update (reading them makes a new sum):
+  // refused as TensorFlow refuses assign_add on a sync-on-read Sum variable there, not lost.
+  CHECK_THROWS_WITH(loss.update_state(f32({1, 2, 3}, {3})), Catch::Contains("cross-replica"));
+  {
+    auto scope = strategy.scope();
+    CHECK_THROWS_WITH(loss.update_state(f32({1, 2, 3}, {3})), Catch::Contains("cross-replica"));
+  }
+  CHECK(value(loss) == 0.0);
 }

@@ -209,6 +209,9 @@ TEST_CASE("Optimizer: misuse throws and changes nothing", "[train][optimizers]")
   CHECK_THROWS_AS(opt.apply_gradients({f64({1, 2})}, {Variable()}), Error);
   REQUIRE_ALLCLOSE(a.value(), f64({1, 2}));
   CHECK(opt.iterations_value() == 0);
+  // No gradient at all (Keras's "No gradients provided for any variable").
+  CHECK_THROWS_WITH(opt.apply_gradients({Tensor()}, {a}), Catch::Contains("no gradient provided for any of the 1"));
+  CHECK(opt.iterations_value() == 0);
   optim::Optimizer empty;
   CHECK_THROWS_AS(empty.apply_gradients({}, {}), Error);
 }
