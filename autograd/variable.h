@@ -55,6 +55,12 @@ class VariableImpl {
   virtual bool is_replicated() const { return false; }
   // Short kind for messages: "Variable", "MirroredVariable", ...
   virtual std::string kind() const { return "Variable"; }
+  // The value's metadata. Overridden where value() is costly: a sync-on-read variable's
+  // value in cross-replica context is an aggregate (a collective across workers), but its
+  // shape and dtype are those of any component — TensorFlow answers from the primary.
+  virtual Shape shape() const { return value().shape(); }
+  virtual DType dtype() const { return value().dtype(); }
+  virtual Device device() const { return value().device(); }
 
   const VariableOptions& options() const { return options_; }
   uint64_t unique_id() const { return unique_id_; }
@@ -102,9 +108,10 @@ class Variable {
   bool trainable() const { return impl().options().trainable; }
   VariableSynchronization synchronization() const { return impl().options().synchronization; }
   VariableAggregation aggregation() const { return impl().options().aggregation; }
-  Shape shape() const { return value().shape(); }
-  DType dtype() const { return value().dtype(); }
-  Device device() const { return value().device(); }
+  // No collective: these never read a distributed variable's aggregate.
+  Shape shape() const { return impl().shape(); }
+  DType dtype() const { return impl().dtype(); }
+  Device device() const { return impl().device(); }
   uint64_t unique_id() const { return impl().unique_id(); }
 
   VariableImpl& impl() const {

@@ -65,6 +65,31 @@ DistributedVariableImpl::DistributedVariableImpl(Strategy& strategy, const Tenso
 
 LocalReplicaContext* DistributedVariableImpl::replica() const { return strategy_.current_local_context(); }
 
+Device DistributedVariableImpl::device() const {
+  LocalReplicaContext* ctx = replica();
+  return components_[ctx && components_.size() > 1 ? size_t(ctx->local_index()) : 0].device();
+}
+
+void DistributedVariableImpl::require_own_strategy(const char* what) const {
+  // Without this, inside another strategy's run() every one of its replica threads would
+  // take the cross-replica path and write all of this variable's components at once (a
+  // data race), and a sync-on-read aggregate would start a collective on each of them.
+  const Strategy* other = nullptr;
+  const char* where = "";
+  if (ReplicaContext* ctx = detail::current_replica_context(); ctx && &ctx->strategy() != &strategy_) {
+    other = &ctx->strategy();
+    where = "inside run() of";
+  } else if (has_strategy() && &get_strategy() != &strategy_) {
+    other = &get_strategy();  // its scope, or its merge_call / run_once
+    where = "inside the scope of";
+  }
+  if (!other) return;
+  fail(kind(), " '", options_.name, "'.", what, ": mixing different strategies: the variable belongs to the '",
+       strategy_.name(), "' strategy (it was created in that strategy's scope) but is used ", where,
+       " a different '", other->name(), "' strategy; update and read it under its own strategy (in its scope or "
+       "its run()) or outside any strategy");
+}
+
 std::shared_ptr<autograd::VariableImpl> DistributedVariableImpl::make_like(const Tensor& initial,
                                                                            autograd::VariableOptions options) const {
   return strategy_.make_variable(initial, options);
@@ -82,19 +107,25 @@ const char* DistributedVariableImpl::update_name(Update kind) {
 void DistributedVariableImpl::apply(const Tensor& component, const Tensor& value, Update how) const {
   autograd::StopRecording no_tape;
   STRATA_CHECK(value.defined(), kind(), " '", options_.name, "'.", update_name(how), ": undefined value");
-  Tensor result;
-  switch (how) {
-    case Update::Assign:
-      STRATA_CHECK(value.shape() == component.shape(), kind(), " '", options_.name, "'.assign: shape ",
-                   shape_str(value.shape()), " does not match the variable's shape ", shape_str(component.shape()));
-      component.copy_(value);
-      return;
-    case Update::Add: result = add(component, value); break;
-    case Update::Sub: result = sub(component, value); break;
+  if (how == Update::Assign) {
+    STRATA_CHECK(value.shape() == component.shape(), kind(), " '", options_.name, "'.assign: shape ",
+                 shape_str(value.shape()), " does not match the variable's shape ", shape_str(component.shape()));
+    component.copy_(value);  // copies across devices itself
+    return;
   }
+  // add/sub need both inputs in one memory: a delta computed on another device (a host
+  // value, another GPU's replica) is copied to the component's device first.
+  const Tensor delta = same_memory(value.device(), component.device()) ? value : value.to(component.device());
+  const Tensor result = how == Update::Add ? add(component, delta) : sub(component, delta);
   STRATA_CHECK(result.shape() == component.shape(), kind(), " '", options_.name, "'.", update_name(how),
                ": a delta of shape ", shape_str(value.shape()), " does not fit the variable's shape ",
                shape_str(component.shape()));
+  // As a local variable: copy_ would cast the promoted result back, silently truncating
+  // (an int64 variable plus 0.7 stays unchanged).
+  STRATA_CHECK(result.dtype() == component.dtype(), kind(), " '", options_.name, "'.", update_name(how),
+               ": a delta of dtype ", dtype_name(value.dtype()), " gives a result of dtype ",
+               dtype_name(result.dtype()), ", which does not match the variable's dtype ",
+               dtype_name(component.dtype()), " (cast it first)");
   component.copy_(result);
 }
 
@@ -117,6 +148,7 @@ void MirroredVariableImpl::update(const Tensor& v, Update kind) {
   autograd::StopRecording no_tape;
   LocalReplicaContext* ctx = replica();
   if (!ctx) {  // cross-replica context: the same update on every copy
+    require_own_strategy(update_name(kind));
     for (const Tensor& c : copies()) apply(c, v, kind);
     return;
   }
@@ -161,6 +193,7 @@ SyncOnReadVariableImpl::SyncOnReadVariableImpl(Strategy& strategy, const Tensor&
 
 Tensor SyncOnReadVariableImpl::aggregate() const {
   autograd::StopRecording no_tape;
+  require_own_strategy("read");
   Communicator* workers = strategy_.num_workers() > 1 ? strategy_.worker_communicator() : nullptr;
   if (!workers) {
     switch (options_.aggregation) {
@@ -248,6 +281,7 @@ void SyncOnReadVariableImpl::update(const Tensor& v, Update kind) {
     apply(components_[size_t(ctx->local_index())], v, kind);
     return;
   }
+  require_own_strategy(update_name(kind));
   if (kind == Update::Assign) {
     assign_cross_replica(v);
     return;
@@ -269,6 +303,7 @@ void AggregatingVariableImpl::update(const Tensor& v, Update kind) {
   autograd::StopRecording no_tape;
   LocalReplicaContext* ctx = replica();
   if (!ctx) {
+    require_own_strategy(update_name(kind));
     apply(components_[0], v, kind);
     return;
   }

@@ -17,8 +17,8 @@
 // SyncOnReadVariable (synchronization OnRead): per-replica components, aggregated on read.
 //  - replica context: reads and updates touch only the replica's own component;
 //  - cross-replica reads: Sum or Mean over the components, or the first component for
-//    OnlyFirstReplica (and None — TensorFlow raises there, but strata's Variable::shape()
-//    reads value(), so the first component is returned);
+//    OnlyFirstReplica (and None, where TensorFlow raises); shape(), dtype() and device()
+//    never read the aggregate (no collective across workers);
 //  - cross-replica assign: Sum divides the value by the replica count (so reading it back
 //    gives the value; integers are split exactly), others write it to every component;
 //    assign_add/assign_sub with Sum raise, others apply to every component;
@@ -29,6 +29,10 @@
 // parameter device shared by all replicas (is_replicated() is false). Updates in replica
 // context need an aggregation (None raises, as TensorFlow): the replicas' values are
 // aggregated and the update is applied once.
+//
+// Every kind is updated in cross-replica context, and a sync-on-read one aggregated, only
+// under its own strategy (its scope, its merge_call) or outside any strategy; inside
+// another strategy's run() or scope it raises, as TensorFlow's enter_or_assert_strategy.
 //
 // Creation rules (MirroredStrategy): synchronization None raises; Mean needs a floating
 // dtype.
@@ -61,6 +65,11 @@ class DistributedVariableImpl : public autograd::VariableImpl {
     return {components_.data(), one_copy_ ? std::min<size_t>(1, components_.size()) : components_.size()};
   }
   Strategy& strategy() const { return strategy_; }
+  // From the components, never the aggregate: no collective (TensorFlow answers from the
+  // primary). The device is the one value() reads on: the calling replica's component.
+  Shape shape() const override { return components_[0].shape(); }
+  DType dtype() const override { return components_[0].dtype(); }
+  Device device() const override;
   // A slot variable placed and synchronised by the same strategy (created once across
   // replicas when called inside run()).
   std::shared_ptr<autograd::VariableImpl> make_like(const Tensor& initial,
@@ -70,7 +79,14 @@ class DistributedVariableImpl : public autograd::VariableImpl {
   enum class Update { Assign, Add, Sub };
   // The calling replica's context for this strategy, or nullptr in cross-replica context.
   LocalReplicaContext* replica() const;
-  // Applies one update to one component, checking the shape like a local variable does.
+  // Called where replica() is nullptr, before the variable is updated or aggregated there:
+  // throws when the thread is under another strategy (its run(), scope or merge_call)
+  // rather than in this one's cross-replica context or outside any strategy — as
+  // TensorFlow's enter_or_assert_strategy. `what` is "assign_add", "read", ...
+  void require_own_strategy(const char* what) const;
+  // Applies one update to one component, checking the shape and (for assign_add/sub) the
+  // result's dtype like a local variable does; a value in another device's memory is
+  // copied to the component's first.
   void apply(const Tensor& component, const Tensor& value, Update kind) const;
   static const char* update_name(Update kind);
 

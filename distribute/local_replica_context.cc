@@ -323,10 +323,16 @@ Tensor LocalReplicaContext::merge_call(const std::string& what,
                                        const std::function<Tensor(const std::vector<Tensor>&)>& fn,
                                        const Tensor& value) {
   drain_gradients();
-  return comm_.merge(what, value, [&](const std::vector<Tensor>& values) {
+  Tensor result = comm_.merge(what, value, [&](const std::vector<Tensor>& values) {
     detail::CrossReplicaGuard cross_replica;  // fn runs in cross-replica context
     return fn(values);
   });
+  // fn ran on one replica's thread and left its result where it chose (replica 0's GPU):
+  // each replica gets it in its own device's memory, where its ops can read it. A host
+  // scalar is readable everywhere (the ops' device rule) and stays.
+  const bool host_scalar = result.defined() && result.ndim() == 0 && result.device().is_cpu();
+  if (result.defined() && !host_scalar && !same_memory(result.device(), device_)) result = result.to(device_);
+  return result;
 }
 
 void LocalReplicaContext::run_once(const std::function<void()>& fn) {

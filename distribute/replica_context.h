@@ -57,7 +57,8 @@ class ReplicaContext {
   // the same (the extents are exchanged on the host first).
   virtual Tensor all_gather(const Tensor& value, int64_t axis) = 0;
   // tf's merge_call: runs fn once, in cross-replica context, with every replica's value
-  // (index = replica id); every replica receives fn's result. All replicas must call it.
+  // (index = replica id); every replica receives fn's result, in its own device's memory
+  // (a host scalar stays on the host). All replicas must call it.
   virtual Tensor merge_call(const std::function<Tensor(const std::vector<Tensor>&)>& fn,
                             const Tensor& value) = 0;
   // Runs fn exactly once (on one replica thread, in cross-replica context) while the

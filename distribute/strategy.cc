@@ -416,7 +416,14 @@ std::shared_ptr<autograd::VariableImpl> Strategy::make_variable(const Tensor& in
 Tensor StrategyExtended::reduce_to(ReduceOp op, const PerReplica<Tensor>& value, Device destination) const {
   strategy_.require_cross_replica("StrategyExtended::reduce_to");
   STRATA_CHECK(value.size() > 0, "StrategyExtended::reduce_to: empty per-replica value");
-  return cross_device_reduce(strategy_.cross_device_ops(), op, value.values(), destination);
+  Communicator* workers = strategy_.worker_communicator();
+  if (!workers) return cross_device_reduce(strategy_.cross_device_ops(), op, value.values(), destination);
+  // Several workers: over every replica of the job, as TensorFlow's collective reduce_to
+  // (the local replicas first, Mean as a Sum divided by the job's replicas). Unlike
+  // Strategy::reduce, the dtype is kept (a Mean of integers truncates, as fold_reduce).
+  const ReduceOp local_op = op == ReduceOp::Mean ? ReduceOp::Sum : op;
+  Tensor local = cross_device_reduce(strategy_.cross_device_ops(), local_op, value.values(), destination);
+  return cross_worker_all_reduce(*workers, op, local, strategy_.num_replicas_in_sync());
 }
 
 Tensor StrategyExtended::reduce_to(ReduceOp op, const Tensor& value, Device destination) const {
@@ -435,7 +442,14 @@ Mirrored<Tensor> StrategyExtended::reduce_to(ReduceOp op, const PerReplica<Tenso
                                              const Variable& destination) const {
   std::vector<Tensor> out;
   for (const Tensor& component : strategy_.experimental_local_results(destination)) {
-    out.push_back(reduce_to(op, value, component.device()));
+    if (out.empty() || !strategy_.worker_communicator()) {
+      out.push_back(reduce_to(op, value, component.device()));
+      continue;
+    }
+    // Across workers: one collective, its result copied to the other components' devices.
+    Tensor copy = Tensor::empty(out[0].shape(), out[0].dtype(), component.device());
+    copy.copy_(out[0]);
+    out.push_back(copy);
   }
   return Mirrored<Tensor>(std::move(out));
 }

@@ -83,7 +83,9 @@ class StrategyExtended {
  public:
   explicit StrategyExtended(Strategy& s) : strategy_(s) {}
   // Reduces a per-replica value onto `destination` through the strategy's cross-device
-  // ops (cross-replica context).
+  // ops (cross-replica context); with several workers, over every replica of every worker
+  // (a collective: each worker calls it in the same order, as batch_reduce_to and the
+  // Variable overload, which reduces once).
   Tensor reduce_to(ReduceOp op, const PerReplica<Tensor>& value, Device destination) const;
   // A value that is the same on every replica (tf's reduce_non_distributed_value): Mean
   // (and Max/Min) return it; Sum raises with more than one replica.

@@ -12,7 +12,15 @@ namespace strata::train {
 NewBestMetric::NewBestMetric(std::string metric, bool higher_is_better, std::filesystem::path filename)
     : metric_(std::move(metric)), higher_is_better_(higher_is_better), filename_(std::move(filename)) {
   STRATA_CHECK(!metric_.empty(), "NewBestMetric: the metric name is empty");
-  if (filename_.empty() || !std::filesystem::exists(filename_)) return;
+  if (filename_.empty()) return;
+  // Orbit's JSONPersistedValue makes the file's directory up front.
+  if (filename_.has_parent_path()) {
+    std::error_code ec;
+    std::filesystem::create_directories(filename_.parent_path(), ec);
+    STRATA_CHECK(!ec, "NewBestMetric: cannot create the directory ", filename_.parent_path().string(),
+                 " of its file: ", ec.message());
+  }
+  if (!std::filesystem::exists(filename_)) return;
   const nlohmann::json j = nlohmann::json::parse(std::ifstream(filename_), nullptr, /*allow_exceptions=*/false);
   STRATA_CHECK(j.is_object() && j.contains("metric") && j.at("metric").is_string() && j.contains("best") &&
                    j.at("best").is_number(),

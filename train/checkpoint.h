@@ -187,6 +187,10 @@ class CheckpointManager {
                    const CheckpointOptions& options = {});
   // Waits for an asynchronous save in flight, if any, and raises its failure.
   void sync();
+  // The step counter save() reads when given no step (see the constructor); the
+  // Controller lends its global step to a manager built without one.
+  const Variable& step_counter() const { return step_counter_; }
+  void set_step_counter(Variable step_counter);
   // Waits for an asynchronous save in flight (a failure is printed to stderr).
   ~CheckpointManager();
   CheckpointManager(const CheckpointManager&) = delete;
@@ -215,15 +219,21 @@ class CheckpointManager {
   std::optional<int64_t> last_checkpoint_step() const;
 
  private:
-  // (step, prefix) of every committed checkpoint the state file lists (without a state
-  // file: every committed <name>-<N> in the directory), sorted by step.
-  std::vector<std::pair<int64_t, std::string>> scan() const;
-  // (step, prefix) of every <name>-<N> listed in the state file, committed or not;
-  // nullopt when there is no state file.
-  std::optional<std::vector<std::pair<int64_t, std::string>>> read_index() const;
+  // (step, prefix) of every committed checkpoint the state file lists, in save order
+  // (without a state file: every committed <name>-<N> in the directory, by step). Entries
+  // marked pending (a save that never finished) are not checkpoints: their prefixes go to
+  // `pending` when given.
+  std::vector<std::pair<int64_t, std::string>> scan(std::vector<std::string>* pending = nullptr) const;
+  // (step, prefix) of every <name>-<N> listed in the state file and not pending, committed
+  // or not; the pending ones into `pending`. nullopt when there is no state file.
+  std::optional<std::vector<std::pair<int64_t, std::string>>> read_index(std::vector<std::string>* pending) const;
   // Every committed <name>-<N> in the directory, sorted by step.
   std::vector<std::pair<int64_t, std::string>> scan_directory() const;
-  void write_index(const std::vector<std::pair<int64_t, std::string>>& kept, const std::string& latest) const;
+  // `kept` in order (`saving`, when listed, marked pending with `save_id`; those in `stale`
+  // marked pending), then the other `stale` prefixes, marked pending.
+  void write_index(const std::vector<std::pair<int64_t, std::string>>& kept, const std::string& latest,
+                   const std::vector<std::string>& stale = {}, const std::string& saving = "",
+                   const std::string& save_id = "") const;
   std::optional<int64_t> step_of(const std::string& name) const;
 
   Checkpoint checkpoint_;
@@ -235,13 +245,16 @@ class CheckpointManager {
   std::string name_;
   mutable std::optional<int64_t> last_step_;
 
-  // The file work of a save: list `prefix` in the state file, commit the snapshot, drop
-  // the checkpoints beyond max_to_keep, list what is left. On the caller's thread or on
-  // the writer thread of an asynchronous save.
+  // The file work of a save: list `prefix` in the state file as pending with a new save
+  // id, commit the snapshot with that id in its metadata, drop the checkpoints beyond
+  // max_to_keep and the files of earlier saves that never finished (`stale`), list what
+  // is left. On the caller's thread or on the writer
+  // thread of an asynchronous save.
   // *committed turns true once the checkpoint's manifest is committed (later steps may
   // still fail).
   void commit(std::vector<std::pair<int64_t, std::string>> kept, const std::string& prefix,
-              const CheckpointSnapshot& snapshot, const AtomicWriteHooks& hooks, bool* committed) const;
+              std::vector<std::string> stale, const CheckpointSnapshot& snapshot, const AtomicWriteHooks& hooks,
+              bool* committed) const;
   // Joins the writer of an asynchronous save, if any; a failure is kept in write_error_
   // and last_step_ goes back to what it was before that save.
   void wait_for_write() const;

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <random>
 #include <system_error>
 #include <utility>
 
@@ -29,6 +30,28 @@ bool loads_intact(const std::string& prefix) {
     return false;
   }
 }
+
+// A name for one save, written both in the state file's pending entry and in the
+// checkpoint's manifest: a committed manifest carrying it is that save's, not older files
+// under the same prefix.
+std::string new_save_id() {
+  std::random_device device;
+  const auto now = std::chrono::system_clock::now().time_since_epoch().count();
+  char id[64];
+  std::snprintf(id, sizeof id, "%08x%08x-%llx", device(), device(), static_cast<unsigned long long>(now));
+  return id;
+}
+
+// The save id in the committed manifest of `prefix`; "" when there is none or it cannot
+// be read.
+std::string committed_save_id(const std::string& prefix) {
+  std::ifstream in(checkpoint_manifest_path(prefix));
+  if (!in) return "";
+  const json manifest = json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!manifest.is_object() || !manifest.contains("metadata") || !manifest["metadata"].is_object()) return "";
+  const json& id = manifest["metadata"].value("save_id", json());
+  return id.is_string() ? id.get<std::string>() : "";
+}
 }  // namespace
 
 CheckpointManager::CheckpointManager(Checkpoint checkpoint, fs::path directory, int max_to_keep,
@@ -48,15 +71,20 @@ CheckpointManager::CheckpointManager(Checkpoint checkpoint, fs::path directory, 
                checkpoint_interval);
   STRATA_CHECK(!name_.empty() && name_.find('/') == std::string::npos && name_ != "checkpoint",
                "CheckpointManager: invalid checkpoint name '", name_, "'");
-  if (step_counter_.defined())
-    STRATA_CHECK(is_integral(step_counter_.dtype()) && step_counter_.shape().empty(),
-                 "CheckpointManager: step_counter must be an integer scalar, got ",
-                 dtype_name(step_counter_.dtype()), " ", shape_str(step_counter_.shape()));
+  set_step_counter(step_counter_);
   std::error_code ec;
   fs::create_directories(directory_, ec);
   STRATA_CHECK(!ec, "CheckpointManager: cannot create directory ", directory_, ": ", ec.message());
   const auto existing = scan();
   if (!existing.empty()) last_step_ = existing.back().first;
+}
+
+void CheckpointManager::set_step_counter(Variable step_counter) {
+  if (step_counter.defined())
+    STRATA_CHECK(is_integral(step_counter.dtype()) && step_counter.shape().empty(),
+                 "CheckpointManager: step_counter must be an integer scalar, got ", dtype_name(step_counter.dtype()),
+                 " ", shape_str(step_counter.shape()));
+  step_counter_ = std::move(step_counter);
 }
 
 // The step in a file or entry name "<name>-<digits>"; nullopt when it is not one.
@@ -85,7 +113,8 @@ std::vector<std::pair<int64_t, std::string>> CheckpointManager::scan_directory()
   return out;
 }
 
-std::optional<std::vector<std::pair<int64_t, std::string>>> CheckpointManager::read_index() const {
+std::optional<std::vector<std::pair<int64_t, std::string>>> CheckpointManager::read_index(
+    std::vector<std::string>* pending) const {
   const fs::path path = index_path();
   std::error_code ec;
   if (!fs::exists(path, ec)) return std::nullopt;
@@ -116,13 +145,24 @@ std::optional<std::vector<std::pair<int64_t, std::string>>> CheckpointManager::r
     // older checkpoint). A name listed twice counts where it was last listed.
     const std::string prefix = (directory_ / name).string();
     std::erase_if(out, [&](const auto& entry) { return entry.second == prefix; });
+    // A save listed before its files were written: it counts once its manifest is
+    // committed (a crash before the state file was updated again loses nothing). Files of
+    // the prefix that are not that save's (an abandoned run's older checkpoint under the
+    // same name, when the save failed first) do not count.
+    if (entry.is_object() && entry.value("pending", false)) {
+      const json& id = entry.value("save_id", json());
+      if (!id.is_string() || committed_save_id(prefix) != id.get<std::string>()) {
+        if (pending) pending->push_back(prefix);
+        continue;
+      }
+    }
     out.emplace_back(*step, prefix);
   }
   return out;
 }
 
-std::vector<std::pair<int64_t, std::string>> CheckpointManager::scan() const {
-  auto listed = read_index();
+std::vector<std::pair<int64_t, std::string>> CheckpointManager::scan(std::vector<std::string>* pending) const {
+  auto listed = read_index(pending);
   if (!listed) return scan_directory();
   std::vector<std::pair<int64_t, std::string>> out;
   for (auto& entry : *listed) {
@@ -132,10 +172,25 @@ std::vector<std::pair<int64_t, std::string>> CheckpointManager::scan() const {
 }
 
 void CheckpointManager::write_index(const std::vector<std::pair<int64_t, std::string>>& kept,
-                                    const std::string& latest) const {
+                                    const std::string& latest, const std::vector<std::string>& stale,
+                                    const std::string& saving, const std::string& save_id) const {
   json list = json::array();
-  for (const auto& [step, prefix] : kept)
-    list.push_back({{"name", fs::path(prefix).filename().string()}, {"step", step}});
+  auto is_stale = [&](const std::string& prefix) { return std::find(stale.begin(), stale.end(), prefix) != stale.end(); };
+  for (const auto& [step, prefix] : kept) {
+    json entry = {{"name", fs::path(prefix).filename().string()}, {"step", step}};
+    if (prefix == saving) {
+      entry["pending"] = true;
+      entry["save_id"] = save_id;
+    } else if (is_stale(prefix)) {
+      entry["pending"] = true;
+    }
+    list.push_back(std::move(entry));
+  }
+  for (const std::string& prefix : stale) {
+    if (std::any_of(kept.begin(), kept.end(), [&](const auto& entry) { return entry.second == prefix; })) continue;
+    const std::string name = fs::path(prefix).filename().string();
+    list.push_back({{"name", name}, {"step", step_of(name).value_or(0)}, {"pending", true}});
+  }
   json index = {{"format", "strata.checkpoint_index"},
                 {"version", 1},
                 {"latest", latest.empty() ? json(nullptr) : json(fs::path(latest).filename().string())},
@@ -146,7 +201,8 @@ void CheckpointManager::write_index(const std::vector<std::pair<int64_t, std::st
 std::string CheckpointManager::save(std::optional<int64_t> step, bool force, const CheckpointOptions& options) {
   sync();  // one save at a time; a failed asynchronous save is raised here
   int64_t s;
-  auto kept = scan();
+  std::vector<std::string> stale;
+  auto kept = scan(&stale);
   if (step) {
     s = *step;
   } else if (step_counter_.defined()) {
@@ -164,7 +220,8 @@ std::string CheckpointManager::save(std::optional<int64_t> step, bool force, con
   if (!options.enable_async_checkpoint) {
     bool committed = false;
     try {
-      commit(std::move(kept), prefix, checkpoint_.snapshot(s, /*own_copies=*/false), options.write_hooks, &committed);
+      commit(std::move(kept), prefix, std::move(stale), checkpoint_.snapshot(s, /*own_copies=*/false),
+             options.write_hooks, &committed);
     } catch (...) {
       if (committed) last_step_ = s;  // written; dropping older ones or the final listing failed
       throw;
@@ -176,9 +233,10 @@ std::string CheckpointManager::save(std::optional<int64_t> step, bool force, con
   // are written behind the caller's back.
   auto snapshot = std::make_shared<const CheckpointSnapshot>(checkpoint_.snapshot(s, /*own_copies=*/true));
   write_committed_ = false;
-  writer_ = std::thread([this, kept = std::move(kept), prefix, snapshot, hooks = options.write_hooks]() mutable {
+  writer_ = std::thread([this, kept = std::move(kept), prefix, stale = std::move(stale), snapshot,
+                         hooks = options.write_hooks]() mutable {
     try {
-      commit(std::move(kept), prefix, *snapshot, hooks, &write_committed_);
+      commit(std::move(kept), prefix, std::move(stale), *snapshot, hooks, &write_committed_);
     } catch (...) {
       write_error_ = std::current_exception();
     }
@@ -190,17 +248,24 @@ std::string CheckpointManager::save(std::optional<int64_t> step, bool force, con
 }
 
 void CheckpointManager::commit(std::vector<std::pair<int64_t, std::string>> kept, const std::string& prefix,
-                               const CheckpointSnapshot& snapshot, const AtomicWriteHooks& hooks,
-                               bool* committed) const {
-  // List it before committing it (it counts only once committed): a crash after the
-  // commit then never leaves a checkpoint that the state file does not know. Until it is
-  // committed the state file's "latest" stays the previous checkpoint.
+                               std::vector<std::string> stale, const CheckpointSnapshot& snapshot,
+                               const AtomicWriteHooks& hooks, bool* committed) const {
+  // Listed as pending before it is written, so that files this save leaves behind if it
+  // fails (or a crash) are known and removed by the next save, and never taken for a
+  // checkpoint: the prefix may hold an abandoned run's older files (a run resumed from an
+  // earlier step saves under the same names), which must not become the latest. As in
+  // TensorFlow, a checkpoint counts once the state file lists it as finished.
   std::string previous;
   for (const auto& entry : kept)
     if (entry.second != prefix) previous = entry.second;  // kept is in save order
-  write_index(kept, previous);
-  snapshot.write(prefix, hooks);
+  std::erase(stale, prefix);  // written again now
+  const std::string save_id = new_save_id();
+  write_index(kept, previous, stale, prefix, save_id);
+  CheckpointSnapshot stamped = snapshot;  // tensor handles: no copy of the values
+  stamped.metadata["save_id"] = save_id;
+  stamped.write(prefix, hooks);
   *committed = true;
+  for (const std::string& p : stale) remove_checkpoint(p);
   if (max_to_keep_ > 0) {
     // Delete the oldest saves beyond max_to_keep, never the checkpoint just written.
     size_t excess = kept.size() > size_t(max_to_keep_) ? kept.size() - size_t(max_to_keep_) : 0;

@@ -140,6 +140,10 @@ Controller::Controller(ControllerOptions options) : options_(std::move(options))
     STRATA_CHECK(tracked, "Controller: the checkpoint manager's Checkpoint (", options_.checkpoint_manager->directory(),
                  ") does not track `global_step`; track it (e.g. {\"global_step\", global_step}) so that a "
                  "restored run resumes at its step");
+    // Saves that name no step (a preemption checkpoint, a user's) are numbered by the
+    // global step, as Orbit passes it, not by one more than the last checkpoint's.
+    if (!options_.checkpoint_manager->step_counter().defined())
+      options_.checkpoint_manager->set_step_counter(options_.global_step);
   }
 
   // Summaries: only the chief writes (TensorFlow's chief duties).

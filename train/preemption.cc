@@ -96,6 +96,10 @@ bool PreemptionCheckpointHandler::save_checkpoint_if_preempted(std::optional<int
                                ") and stopped so that the job can be restarted from it"),
       path, saved_step);
   if (!config_.exit_fn) throw preemption;
+  // The notice is handled: an exit_fn that lets training go on (to stop at a step of its
+  // choosing) is not called again, nor the checkpoint saved again, after every later loop;
+  // only a new notice does that (TensorFlow clears its received step after saving).
+  g_sigterm.store(false);
   config_.exit_fn(preemption);
   return true;
 }

@@ -58,7 +58,10 @@ class ShardedSlotImpl final : public autograd::VariableImpl {
 
   // The whole slot's shape and dtype, and how it is sharded.
   const Shape& whole_shape() const { return shape_; }
-  DType dtype() const { return dtype_; }
+  DType dtype() const override { return dtype_; }
+  // The whole slot's shape, in every context (no collective; value() in replica context
+  // is the replica's flat chunk).
+  Shape shape() const override { return shape_; }
   int replicas() const { return replicas_; }
   // Local replica l's chunk (global replica worker_index * local replicas + l).
   const Tensor& chunk(int local) const { return chunks_[size_t(local)]; }

@@ -379,3 +379,58 @@ TEST_CASE("emulated NCCL: one GPU's overflow skips the step on every GPU and hal
     for (float v : c.to(Device()).to_vector<float>()) REQUIRE(v == Approx(0.8f));
   }
 }
+
+TEST_CASE("emulated NCCL: variable updates with a value on another device, merge_call results on each GPU", "[nccl]") {
+  MirroredStrategy strategy({cuda(0), cuda(1)});
+  CentralStorageStrategy central({cuda(0), cuda(1)}, cuda(0));
+  Variable mirrored, mean, first, aggregating;
+  {
+    auto scope = strategy.scope();
+    mirrored = Variable(zeros({2}), {.name = "m"});
+    mean = Variable(zeros({2}), {.name = "mean", .trainable = false,
+                                 .synchronization = autograd::VariableSynchronization::OnRead,
+                                 .aggregation = autograd::VariableAggregation::Mean});
+    first = Variable(zeros({2}), {.name = "first", .aggregation = autograd::VariableAggregation::OnlyFirstReplica});
+  }
+  {
+    auto scope = central.scope();
+    aggregating = Variable(zeros({2}), {.name = "c", .aggregation = autograd::VariableAggregation::Sum});
+  }
+  auto host_values = [](Strategy& s, const Variable& v) {
+    std::vector<std::vector<float>> out;
+    for (const Tensor& c : s.experimental_local_results(v)) {
+      REQUIRE(c.device().is_cuda());
+      out.push_back(c.to(Device()).to_vector<float>());
+    }
+    return out;
+  };
+  using Values = std::vector<std::vector<float>>;
+  // Cross-replica context, a host delta: each GPU component takes a copy of it.
+  REQUIRE_NOTHROW(mirrored.assign_add(ones({2})));
+  REQUIRE(host_values(strategy, mirrored) == Values{{1, 1}, {1, 1}});
+  REQUIRE_NOTHROW(mirrored.assign_sub(full({2}, 0.5)));
+  REQUIRE(host_values(strategy, mirrored) == Values{{0.5, 0.5}, {0.5, 0.5}});
+  REQUIRE_NOTHROW(mean.assign_add(ones({2})));
+  REQUIRE(host_values(strategy, mean) == Values{{1, 1}, {1, 1}});
+  REQUIRE_NOTHROW(aggregating.assign_add(ones({2})));
+  REQUIRE(host_values(central, aggregating) == Values{{1, 1}});
+  // Replica context: replica 0's value (on cuda:0) is applied on cuda:1 too.
+  REQUIRE_NOTHROW(strategy.run([&] {
+    ReplicaContext* ctx = get_replica_context();
+    first.assign_add(full({2}, double(ctx->replica_id_in_sync_group() + 1), kFloat32, ctx->device()));
+  }));
+  REQUIRE(host_values(strategy, first) == Values{{1, 1}, {1, 1}});
+  // merge_call: each replica receives the result on its own GPU; a host scalar stays.
+  auto results = strategy.run([&] {
+    ReplicaContext* ctx = get_replica_context();
+    Tensor on_gpu = ctx->merge_call([](const std::vector<Tensor>& v) { return add(v[0], v[1].to(v[0].device())); },
+                                    full({2}, 1.0, kFloat32, ctx->device()));
+    Tensor on_host = ctx->merge_call([](const std::vector<Tensor>&) { return full({}, 3.0, kFloat32, cpu(0)); },
+                                     full({2}, 1.0, kFloat32, ctx->device()));
+    return std::vector<Tensor>{on_gpu, on_host};
+  });
+  REQUIRE(results[0][0].device() == cuda(0));
+  REQUIRE(results[1][0].device() == cuda(1));
+  REQUIRE(results[1][0].to(Device()).to_vector<float>() == std::vector<float>{2, 2});
+  REQUIRE(results[1][1].device().is_cpu());
+}

@@ -482,3 +482,175 @@ TEST_CASE("gradients flow per replica through mirrored variables, slots created 
   REQUIRE(slots[0] == slots[1]);
   REQUIRE(slots[0].impl().kind() == "MirroredVariable");
 }
+
+TEST_CASE("a distributed variable is updated and aggregated only under its own strategy (enter_or_assert_strategy)") {
+  MirroredStrategy a(MirroredStrategy::cpu_devices(2)), b(MirroredStrategy::cpu_devices(2));
+  CentralStorageStrategy central(MirroredStrategy::cpu_devices(2));
+  Variable mirrored, on_read, aggregating;
+  {
+    auto scope = a.scope();
+    mirrored = Variable(tensor({1, 1}), {.name = "m", .aggregation = VariableAggregation::Sum});
+    on_read = Variable(tensor({1, 1}), {.name = "r", .trainable = false,
+                                        .synchronization = VariableSynchronization::OnRead,
+                                        .aggregation = VariableAggregation::Mean});
+  }
+  {
+    auto scope = central.scope();
+    aggregating = Variable(tensor({1, 1}), {.name = "c", .aggregation = VariableAggregation::Sum});
+  }
+  REQUIRE(aggregating.impl().kind() == "AggregatingVariable");
+  // Inside b's run every one of b's replicas took the cross-replica path and wrote all of
+  // the variable's components at once.
+  for (const Variable& v : {mirrored, on_read, aggregating}) {
+    INFO(v.impl().kind());
+    const std::string owner = v == aggregating ? "central_storage" : "mirrored";
+    REQUIRE_THROWS_WITH(b.run([&] { v.assign_add(tensor({1, 1})); }),
+                        Catch::Contains("'.assign_add: mixing different strategies: the variable belongs to the '" +
+                                        owner + "' strategy") &&
+                            Catch::Contains("inside run() of a different 'mirrored' strategy"));
+    REQUIRE_THROWS_WITH(b.run([&] { v.assign(tensor({5, 5})); }), Catch::Contains("mixing different strategies"));
+    {
+      auto scope = b.scope();
+      REQUIRE_THROWS_WITH(v.assign_sub(tensor({1, 1})),
+                          Catch::Contains("inside the scope of a different 'mirrored' strategy"));
+      // Asking for the metadata aggregates nothing, so it is allowed anywhere.
+      REQUIRE(v.shape() == Shape{2});
+      REQUIRE(v.dtype() == kFloat32);
+    }
+    // In b's merge_call (b's cross-replica context) too.
+    REQUIRE_THROWS_WITH(b.run([&] {
+                          get_replica_context()->merge_call(
+                              [&](const std::vector<Tensor>&) {
+                                v.assign_add(tensor({1, 1}));
+                                return Tensor();
+                              },
+                              Tensor::scalar(0.0));
+                        }),
+                        Catch::Contains("mixing different strategies"));
+    for (const Tensor& c : a.experimental_local_results(v)) REQUIRE_ALLCLOSE(c, tensor({1, 1}));
+  }
+  // A sync-on-read aggregate is a read under the strategy too (a collective across workers).
+  {
+    auto scope = b.scope();
+    REQUIRE_THROWS_WITH(on_read.value(), Catch::Contains("SyncOnReadVariable 'r'.read: mixing different strategies"));
+  }
+  // Its own strategy's contexts, and no strategy at all (a checkpoint restored outside any
+  // scope, the default strategy's scope), still update it.
+  a.run([&] { mirrored.assign_add(tensor({1, 1})); });  // Sum over 2 replicas
+  a.run([&] {
+    get_replica_context()->merge_call(
+        [&](const std::vector<Tensor>&) {
+          mirrored.assign_sub(tensor({1, 1}));
+          return Tensor();
+        },
+        Tensor::scalar(0.0));
+  });
+  {
+    auto scope = a.scope();
+    mirrored.assign_add(tensor({1, 1}));
+  }
+  mirrored.assign_add(tensor({1, 1}));
+  {
+    auto scope = DefaultStrategy::instance().scope();
+    mirrored.assign_add(tensor({1, 1}));
+    REQUIRE_ALLCLOSE(on_read.value(), tensor({1, 1}));
+  }
+  for (const Tensor& c : a.experimental_local_results(mirrored)) REQUIRE_ALLCLOSE(c, tensor({5, 5}));
+  central.run([&] { aggregating.assign_add(tensor({1, 1})); });
+  REQUIRE_ALLCLOSE(aggregating.value(), tensor({3, 3}));
+}
+
+namespace {
+// The communicator of a pretend second worker: it counts the collectives and leaves the
+// buffers as they are (the other worker contributing zeros to a sum).
+class CountingCommunicator final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 2; }
+  std::string backend() const override { return "counting"; }
+  void all_reduce(const Tensor&, ReduceOp) override { ++collectives; }
+  void broadcast(const Tensor&, int) override { ++collectives; }
+  void all_gather(const Tensor&, const Tensor&) override { ++collectives; }
+  void reduce_scatter(const Tensor&, const Tensor&, ReduceOp) override { ++collectives; }
+  void barrier() override { ++collectives; }
+  int collectives = 0;
+};
+
+// Mirrored(2) as worker 0 of two, reducing across workers through a CountingCommunicator.
+class CountingWorkerStrategy final : public MirroredStrategy {
+ public:
+  explicit CountingWorkerStrategy(std::shared_ptr<CountingCommunicator> comm)
+      : MirroredStrategy(MirroredStrategy::cpu_devices(2)) {
+    set_workers(0, 2);
+    set_worker_communicator(std::move(comm));
+  }
+};
+}  // namespace
+
+TEST_CASE("a sync-on-read variable's shape, dtype and device run no collective, unlike its value") {
+  auto comm = std::make_shared<CountingCommunicator>();
+  CountingWorkerStrategy strategy(comm);
+  Variable v;
+  {
+    auto scope = strategy.scope();
+    v = Variable(tensor({1, 2, 3}), {.name = "total", .trainable = false,
+                                     .synchronization = VariableSynchronization::OnRead,
+                                     .aggregation = VariableAggregation::Sum});
+  }
+  REQUIRE(v.impl().kind() == "SyncOnReadVariable");
+  REQUIRE(comm->collectives == 0);
+  // In cross-replica context, where value() is the job-wide aggregate: a worker asking
+  // alone would wait for the others (and time out) if these read it.
+  REQUIRE(v.shape() == Shape{3});
+  REQUIRE(v.dtype() == kFloat32);
+  REQUIRE(v.device() == cpu(0));
+  v.assign(tensor({4, 4, 4}));  // checks the dtype without reading the aggregate
+  REQUIRE(comm->collectives == 0);
+  // The aggregate itself is one collective. The total was split over the job's 4
+  // replicas; the pretend worker's 2 shares are its zeros.
+  REQUIRE_ALLCLOSE(v.value(), tensor({2, 2, 2}));
+  REQUIRE(comm->collectives == 1);
+  // In replica context the device is the replica's own component's.
+  auto devices = strategy.run([&] { return v.device(); });
+  REQUIRE(devices[1] == cpu(1));
+  REQUIRE(comm->collectives == 1);
+}
+
+TEST_CASE("assign_add / assign_sub of another dtype are refused by distributed variables, as by local ones") {
+  MirroredStrategy mirrored(MirroredStrategy::cpu_devices(2));
+  CentralStorageStrategy central(MirroredStrategy::cpu_devices(2));
+  const Tensor five = full({1}, 5.0, kInt64), fraction = full({1}, 0.7);
+  Variable local(five);
+  REQUIRE_THROWS_WITH(local.assign_add(fraction), Catch::Contains("does not match the variable's dtype int64"));
+  Variable m, r, c;
+  {
+    auto scope = mirrored.scope();
+    m = Variable(five, {.name = "m", .trainable = false});
+    r = Variable(five, {.name = "r", .trainable = false, .synchronization = VariableSynchronization::OnRead,
+                        .aggregation = VariableAggregation::OnlyFirstReplica});
+  }
+  {
+    auto scope = central.scope();
+    c = Variable(five, {.name = "c", .trainable = false, .aggregation = VariableAggregation::Sum});
+  }
+  REQUIRE(c.impl().kind() == "AggregatingVariable");
+  for (const Variable& v : {m, r, c}) {
+    INFO(v.impl().kind());
+    Strategy& owner = v == c ? static_cast<Strategy&>(central) : mirrored;
+    // Before: add promoted to float32 (5.7) and copy_ cast it back into the int64
+    // component (5), silently.
+    REQUIRE_THROWS_WITH(v.assign_add(fraction),
+                        Catch::Contains("'.assign_add: a delta of dtype float32 gives a result of dtype float32, which "
+                                        "does not match the variable's dtype int64"));
+    REQUIRE_THROWS_WITH(v.assign_sub(fraction), Catch::Contains("does not match the variable's dtype int64"));
+    // In replica context too: the replica's own component, or the aggregated update.
+    REQUIRE_THROWS_WITH(owner.run([&] { v.assign_add(fraction); }),
+                        Catch::Contains("does not match the variable's dtype int64"));
+    for (const Tensor& t : owner.experimental_local_results(v))
+      REQUIRE(t.to_vector<int64_t>() == std::vector<int64_t>{5});
+    // A delta of the variable's dtype still applies.
+    v.assign_add(full({1}, 2.0, kInt64));
+    for (const Tensor& t : owner.experimental_local_results(v))
+      REQUIRE(t.to_vector<int64_t>() == std::vector<int64_t>{7});
+  }
+}

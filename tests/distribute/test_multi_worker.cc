@@ -158,6 +158,24 @@ TEST_CASE("MultiWorkerMirrored: collectives across 2 and 4 worker processes", "[
   }
 }
 
+TEST_CASE("MultiWorkerMirrored: extended().reduce_to and batch_reduce_to reduce across workers",
+          "[mwms][multiprocess]") {
+  if (skip_without_gloo()) return;
+  for (auto [workers, replicas] : {std::pair{2, 0}, std::pair{2, 2}}) {
+    INFO(workers << " workers x " << std::max(replicas, 1) << " replicas");
+    // A wrong pairing of collectives times out within --timeout (the helper's waits).
+    auto r = launch(workers, replicas, {STRATA_MWMS_HELPER, "reduce_to", "--timeout", "30"}, 90);
+    INFO(r.output);
+    CHECK(r.exit_code == 0);
+    const int n = workers * std::max(replicas, 1);
+    for (int w = 0; w < workers; ++w) {
+      CHECK(lines_with(r.output, "[worker " + std::to_string(w) + "] worker " + std::to_string(w) +
+                                     ": mwms reduce_to ok (" + std::to_string(n) + " replicas)")
+                .size() == 1);
+    }
+  }
+}
+
 namespace {
 // Every element of `weights`, flattened in order (what the helper's train writes).
 std::vector<double> flat(const std::vector<Tensor>& weights) {

@@ -40,6 +40,10 @@ TEST_CASE("NewBestMetric: the best value survives a restart through its file", "
   CHECK_FALSE(again({{"accuracy", 0.75}}));
   CHECK(again({{"accuracy", 0.81}}));
   CHECK_THROWS_WITH(train::NewBestMetric("loss", false, file), Catch::Contains("holds the best value of 'accuracy'"));
+  // Its directory is made up front (Orbit's JSONPersistedValue makes it).
+  train::NewBestMetric nested("accuracy", true, dir.path / "best" / "of" / "accuracy.json");
+  CHECK(nested({{"accuracy", 0.5}}));
+  CHECK(fs::exists(dir.path / "best" / "of" / "accuracy.json"));
   std::ofstream(dir.path / "junk.json") << "{not json";
   CHECK_THROWS_WITH(train::NewBestMetric("accuracy", true, dir.path / "junk.json"),
                     Catch::Contains("is not a best-metric file"));

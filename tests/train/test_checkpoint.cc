@@ -486,6 +486,24 @@ TEST_CASE("CheckpointManager: after resuming from an older checkpoint the new sa
   CHECK(restarted.restore_or_initialize() == path(120));
   CHECK(step.value().item<int64_t>() == 120);
   CHECK(json::parse(read_bytes(restarted.index_path()))["latest"] == "ckpt-120");
+
+  // A save under the name of an abandoned checkpoint (step 300 again) that fails before
+  // its files are written leaves the old files there: they must not become the latest.
+  step.assign(Tensor::scalar(300.0, kInt64));
+  w.assign(full({1}, 999.0));
+  CheckpointOptions failing;
+  failing.write_hooks.before_rename = [](const fs::path&, const fs::path&) { throw std::runtime_error("disk full"); };
+  CHECK_THROWS_WITH(restarted.save(std::nullopt, false, failing), Catch::Contains("disk full"));
+  CHECK(restarted.latest_checkpoint() == path(120));
+  CHECK(restarted.checkpoints() == std::vector<std::string>{path(110), path(120)});
+  CheckpointManager after_failure(ckpt, dir.path, 3, 0, step);
+  CHECK(after_failure.restore_or_initialize() == path(120));
+  CHECK(w.value().item<float>() == 120.0f);
+  // The next save removes the files the failed one left listed.
+  at(130);
+  after_failure.save();
+  CHECK(after_failure.checkpoints() == std::vector<std::string>{path(110), path(120), path(130)});
+  CHECK_FALSE(checkpoint_exists(path(300)));
 }
 
 TEST_CASE("Checkpoint saved under MirroredStrategy restores into a plain model",

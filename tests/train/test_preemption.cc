@@ -7,6 +7,8 @@
 // one of them is told) is in tests/distribute/test_launch_restart.cc.
 #include <signal.h>
 
+#include <algorithm>
+
 #include <strata/train/preemption.h>
 #include "tests/train/controller_test_util.h"
 
@@ -95,6 +97,33 @@ TEST_CASE("preemption: a watcher's notice and an exit_fn that returns and one ha
   // A new handler may be made once the first is gone, and starts without a notice.
   train::PreemptionCheckpointHandler again(*job.strategy, *job.manager);
   CHECK_FALSE(again.preempted_here());
+}
+
+TEST_CASE("preemption: one SIGTERM is handled once and the checkpoint is numbered by the global step",
+          "[train][preemption]") {
+  TempDir dir;
+  JobOptions jo;
+  jo.checkpoint_interval = 10;  // the manager has no step counter: the Controller lends its global step
+  Job job("default", 0, dir.path / "ckpt", jo);
+  std::vector<int64_t> exits;
+  train::TerminationConfig config;
+  config.exit_fn = [&](const train::PreemptedError& e) { exits.push_back(e.step()); };
+  train::PreemptionCheckpointHandler handler(*job.strategy, *job.manager, config);  // no checkpoint_number
+  auto options = job.controller_options(5);
+  options.train_actions.push_back(train::SaveCheckpointIfPreempted(handler));
+  options.train_actions.push_back([&](const train::Outputs&) {
+    if (job.step_value() == 20) ::raise(SIGTERM);
+  });
+  train::Controller controller(options);
+  controller.train(40, /*checkpoint_at_completion=*/false);
+  // The notice raised after the loop to step 20 is seen after the loop to 25, once: the
+  // exit_fn let training go on, and later loops neither save nor call it again.
+  CHECK(exits == std::vector<int64_t>{25});
+  // The interval counts from the preemption checkpoint: 35 next, not 30 or 40.
+  CHECK(job.manager->latest_checkpoint() == (dir.path / "ckpt" / "ckpt-35").string());
+  const auto all = job.manager->checkpoints();
+  CHECK(std::count(all.begin(), all.end(), (dir.path / "ckpt" / "ckpt-25").string()) == 1);
+  CHECK_FALSE(handler.preempted_here());
 }
 
 TEST_CASE("preemption: the checkpoint is saved even after an earlier asynchronous save failed", "[train][preemption]") {

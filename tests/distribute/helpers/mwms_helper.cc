@@ -3,6 +3,10 @@
 //   collectives             all_reduce / all_gather / barrier in replica context, reduce /
 //                           gather across replicas, and the broadcast of initial variable
 //                           values, checked against the closed-form results
+//   reduce_to               StrategyExtended::reduce_to / batch_reduce_to / reduce_to onto a
+//                           variable, Sum and Mean over every replica of the job; then
+//                           worker 0 alone asks a sync-on-read variable for its shape,
+//                           dtype and device, which must start no collective
 //   train --out PREFIX      trains tests/distribute/mwms_model.h's MLP and writes this
 //                           worker's final weights to PREFIX.<worker>; --die-worker W
 //                           --die-at-step K makes worker W kill itself (SIGKILL) after step
@@ -31,6 +35,7 @@
 
 #include <CLI/CLI.hpp>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -150,6 +155,65 @@ int run_collectives(double timeout) {
   CHECK_OR_THROW(count_var.value().item<int64_t>() == 2 * n + 1, values_str(count_var.value()));
   CHECK_OR_THROW(std::abs(total_var.value().to_vector<double>()[1] - 6.0) < 1e-5, values_str(total_var.value()));
   std::cout << "worker " << w << ": mwms collectives ok (" << n << " replicas)" << std::endl;
+  return 0;
+}
+
+int run_reduce_to(double timeout) {
+  MultiWorkerMirroredStrategy s(ClusterResolver::from_environment(), {.timeout_seconds = timeout});
+  const int n = s.num_replicas_in_sync(), w = s.worker_index();
+  const double sum_ids = n * (n + 1) / 2.0;  // of (id + 1) over every replica of the job
+  auto floats = s.experimental_distribute_values_from_function(
+      [](const ValueContext& v) { return full({2}, v.replica_id_in_sync_group + 1.0); });
+  auto ints = s.experimental_distribute_values_from_function(
+      [](const ValueContext& v) { return full({3}, v.replica_id_in_sync_group + 1.0, kInt64); });
+  const Device dest = s.reduce_device();
+  StrategyExtended& ext = s.extended();
+  Tensor sum = ext.reduce_to(ReduceOp::Sum, floats, dest);
+  CHECK_OR_THROW(values_str(sum) == values_str(full({2}, sum_ids)), values_str(sum));
+  Tensor mean = ext.reduce_to(ReduceOp::Mean, floats, dest);
+  CHECK_OR_THROW(values_str(mean) == values_str(full({2}, sum_ids / n)), values_str(mean));
+  Tensor mx = ext.reduce_to(ReduceOp::Max, floats, dest);
+  CHECK_OR_THROW(values_str(mx) == values_str(full({2}, double(n))), values_str(mx));
+  for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Mean}) {
+    const auto batch = ext.batch_reduce_to(op, {floats, ints}, dest);
+    CHECK_OR_THROW(batch.size() == 2);
+    const double want = op == ReduceOp::Sum ? sum_ids : sum_ids / n;
+    CHECK_OR_THROW(values_str(batch[0]) == values_str(full({2}, want)), reduce_op_name(op), values_str(batch[0]));
+    // The dtype is kept: a Mean of integers truncates.
+    CHECK_OR_THROW(batch[1].dtype() == kInt64);
+    CHECK_OR_THROW(values_str(batch[1]) == values_str(full({3}, std::floor(want), kInt64)), reduce_op_name(op),
+                   values_str(batch[1]));
+  }
+  Variable var, total_var;
+  {
+    auto scope = s.scope();
+    var = Variable(full({2}, 0.0), {.name = "destination"});
+    total_var = Variable(full({2}, 0.0), {.name = "total", .trainable = false,
+                                          .synchronization = autograd::VariableSynchronization::OnRead,
+                                          .aggregation = autograd::VariableAggregation::Sum});
+  }
+  const Mirrored<Tensor> onto = ext.reduce_to(ReduceOp::Mean, floats, var);
+  const std::vector<Tensor> components = s.experimental_local_results(var);
+  CHECK_OR_THROW(onto.size() == components.size());
+  for (size_t i = 0; i < onto.size(); ++i) {
+    CHECK_OR_THROW(onto[i].device() == components[i].device());
+    CHECK_OR_THROW(values_str(onto[i]) == values_str(full({2}, sum_ids / n)), values_str(onto[i]));
+  }
+  s.run([&] { total_var.assign_add(full({2}, 1.0)); });
+  // Worker 0 alone: were these reads of the aggregate (a collective), worker 0 would wait
+  // for the others, which go on to the read below: the collectives would pair up wrongly
+  // or time out.
+  if (w == 0) {
+    for (int k = 0; k < 3; ++k) {
+      CHECK_OR_THROW(total_var.shape() == Shape{2});
+      CHECK_OR_THROW(total_var.dtype() == kFloat32);
+      CHECK_OR_THROW(total_var.device() == s.devices()[0]);
+    }
+  }
+  Tensor total = total_var.value();  // every worker: the aggregate
+  CHECK_OR_THROW(values_str(total) == values_str(full({2}, double(n))), values_str(total));
+  CHECK_OR_THROW(s.reduce(ReduceOp::Sum, floats).to_vector<double>()[0] == sum_ids);
+  std::cout << "worker " << w << ": mwms reduce_to ok (" << n << " replicas)" << std::endl;
   return 0;
 }
 
@@ -303,6 +367,8 @@ int main(int argc, char** argv) {
   ShardOptions so;
   auto* coll = app.add_subcommand("collectives", "check every collective");
   coll->add_option("--timeout", timeout);
+  auto* reduce_to = app.add_subcommand("reduce_to", "check StrategyExtended::reduce_to across workers");
+  reduce_to->add_option("--timeout", timeout);
   auto* train = app.add_subcommand("train", "train the test MLP");
   train->add_option("--out", out)->required();
   train->add_option("--epochs", epochs);
@@ -336,6 +402,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     if (*coll) return run_collectives(timeout);
+    if (*reduce_to) return run_reduce_to(timeout);
     if (*train) return run_train(out, epochs, seed_per_worker, die_worker, die_at_step, stall_worker, stop_worker,
                                    timeout, stall_timeout, no_overlap, bytes_per_pack, sync_batch_norm,
                                    uneven_input);
