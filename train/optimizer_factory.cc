@@ -88,6 +88,7 @@ Optimizer make_optimizer(const std::string& name, const nlohmann::json& hparams)
     SGDOptions o;
     o.momentum = h.number("momentum", o.momentum);
     o.nesterov = h.boolean("nesterov", o.nesterov);
+    o.keras_momentum = h.boolean("keras_momentum", o.keras_momentum);
     o.weight_decay = h.number("weight_decay", o.weight_decay);
     o.global_clipnorm = h.number("global_clipnorm", o.global_clipnorm);
     o.ema = ema_options(h);

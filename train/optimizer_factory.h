@@ -2,7 +2,7 @@
 // "optimizer" cases (../shared/golden/README.md) and of programs that pick an optimizer
 // from a flag or a config file.
 //
-//   "sgd":   lr, momentum (0), nesterov (false), weight_decay (0)
+//   "sgd":   lr, momentum (0), nesterov (false), weight_decay (0), keras_momentum (false)
 //   "adam":  lr, beta1 (0.9), beta2 (0.999), eps (1e-8), weight_decay (0, L2)
 //   "adamw": lr, beta1, beta2, eps, weight_decay (0.01, decoupled)
 //   all:     global_clipnorm (0 = off); use_ema (false), ema_momentum (0.99),

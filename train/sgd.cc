@@ -15,11 +15,20 @@ SGDImpl::SGDImpl(LearningRate learning_rate, SGDOptions options)
 
 std::vector<std::string> SGDImpl::slot_names() const {
   if (options_.momentum == 0.0) return {};
-  return {"momentum"};
+  return {options_.keras_momentum ? "velocity" : "momentum"};
 }
 
 void SGDImpl::update(const Tensor& param, const Tensor& grad, std::span<const Tensor> slots,
                      const UpdateContext& ctx) const {
+  if (options_.keras_momentum && options_.momentum != 0.0) {
+    // Keras's form, from elementwise ops (any device; no fused kernel).
+    const Tensor g = options_.weight_decay != 0.0 ? grad + param * options_.weight_decay : grad;
+    const Tensor& velocity = slots[0];
+    const Tensor step = g * -ctx.learning_rate;
+    velocity.copy_(velocity * options_.momentum + step);
+    param.copy_(param + (options_.nesterov ? velocity * options_.momentum + step : velocity));
+    return;
+  }
   SgdAttrs attrs;
   attrs.learning_rate = ctx.learning_rate;
   attrs.momentum = options_.momentum;

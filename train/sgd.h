@@ -3,6 +3,15 @@
 //   g += weight_decay * p
 //   b = momentum * b + g            (b starts at 0, so b = g on the first step)
 //   p -= lr * (nesterov ? g + momentum * b : b)     (p -= lr * g without momentum)
+// Slot: "momentum" (b).
+//
+// keras_momentum = true switches to TensorFlow/Keras's form (tf.keras.optimizers.SGD),
+// which keeps the velocity with the learning rate folded in:
+//   v = momentum * v - lr * g                       (after the weight decay above)
+//   p += nesterov ? momentum * v - lr * g : v
+// With a constant learning rate the two forms give the same steps (v = -lr * b); when a
+// schedule changes the rate they differ (Keras's velocity keeps the old rates' steps).
+// Its slot is named "velocity", so a checkpoint of one form is not read as the other.
 #pragma once
 
 #include <strata/train/optimizer.h>
@@ -14,6 +23,7 @@ struct SGDOptions {
   bool nesterov = false;
   double weight_decay = 0.0;
   double global_clipnorm = 0.0;  // 0: no clipping
+  bool keras_momentum = false;   // TensorFlow/Keras's velocity form (above)
   EmaOptions ema = {};           // a moving average of the weights (train/ema.h)
 };
 

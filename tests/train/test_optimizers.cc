@@ -118,6 +118,40 @@ TEST_CASE("SGD: plain, weight decay, momentum and Nesterov by hand", "[train][op
   CHECK_THROWS_AS(optim::SGD(-1.0), Error);
 }
 
+TEST_CASE("SGD: Keras's velocity form differs from PyTorch's once the learning rate changes", "[train][optimizers]") {
+  // lr 0.1 at step 0, then 0.01; momentum 0.9; gradient 1 from p = 1.
+  const auto schedule = [] { return optim::PiecewiseConstantDecay({0}, {0.1, 0.01}); };
+  Variable keras = var64({1.0}), keras_nesterov = var64({1.0}), torch = var64({1.0});
+  optim::SGD keras_opt(schedule(), {.momentum = 0.9, .keras_momentum = true});
+  optim::SGD nesterov_opt(schedule(), {.momentum = 0.9, .nesterov = true, .keras_momentum = true});
+  optim::SGD torch_opt(schedule(), {.momentum = 0.9});
+  for (int step = 0; step < 2; ++step) {
+    keras_opt.apply_gradients({f64({1.0})}, {keras});
+    nesterov_opt.apply_gradients({f64({1.0})}, {keras_nesterov});
+    torch_opt.apply_gradients({f64({1.0})}, {torch});
+  }
+  // Keras: v = -0.1, p = 0.9; v = 0.9 * -0.1 - 0.01 = -0.1, p = 0.8.
+  CHECK(keras.value().item<double>() == Approx(0.8).epsilon(1e-15));
+  CHECK(keras_opt.find_slot(keras, "velocity")->value().item<double>() == Approx(-0.1).epsilon(1e-15));
+  // Nesterov: p += 0.9 v - lr g: 1 - 0.09 - 0.1 = 0.81, then 0.81 - 0.09 - 0.01 = 0.71.
+  CHECK(keras_nesterov.value().item<double>() == Approx(0.71).epsilon(1e-15));
+  // PyTorch: b = 1, p = 0.9; b = 1.9, p = 0.9 - 0.019.
+  CHECK(torch.value().item<double>() == Approx(0.881).epsilon(1e-15));
+  CHECK(keras_opt.slot_names() == std::vector<std::string>{"velocity"});
+  CHECK(optim::make_optimizer("sgd", {{"lr", 0.1}, {"momentum", 0.5}, {"keras_momentum", true}}).slot_names() ==
+        std::vector<std::string>{"velocity"});
+
+  // With a constant rate the forms agree (v = -lr * b).
+  Variable a = var64({1.0, -2.0}), b = var64({1.0, -2.0});
+  optim::SGD ka(0.05, {.momentum = 0.8, .weight_decay = 0.01, .keras_momentum = true});
+  optim::SGD tb(0.05, {.momentum = 0.8, .weight_decay = 0.01});
+  for (double g : {0.5, -0.25, 1.0}) {
+    ka.apply_gradients({f64({g, 2 * g})}, {a});
+    tb.apply_gradients({f64({g, 2 * g})}, {b});
+  }
+  REQUIRE_ALLCLOSE(a.value(), b.value(), 1e-14, 1e-14);
+}
+
 TEST_CASE("Adam and AdamW: bias-corrected steps by hand", "[train][optimizers]") {
   const double lr = 0.01, b1 = 0.9, b2 = 0.999, eps = 1e-8;
   const double p0 = 0.5, g1 = 0.2, g2 = -0.4;
