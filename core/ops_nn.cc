@@ -99,7 +99,7 @@ ConvAxis conv_output_axis(int64_t in, int64_t k, int64_t stride, Padding padding
                  " with VALID padding");
     a.out = (in - k) / stride + 1;
   } else {
-    a.out = (in + stride - 1) / stride;
+    a.out = in == 0 ? 0 : (in - 1) / stride + 1;  // ceil(in / stride), without overflowing for huge strides
     const int64_t total = std::max<int64_t>((a.out - 1) * stride + k - in, 0);
     a.pad_before = total / 2;  // TensorFlow: the extra row/column goes bottom/right
   }

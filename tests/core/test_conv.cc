@@ -116,6 +116,9 @@ TEST_CASE("conv: conv_output_axis follows TensorFlow", "[conv]") {
   CHECK(conv_output_axis(8, 3, 2, Padding::Same, "t").pad_before == 0);  // total 1: after only
   CHECK(conv_output_axis(8, 2, 2, Padding::Same, "t").pad_before == 0);
   CHECK(conv_output_axis(2, 5, 1, Padding::Same, "t").pad_before == 2);
+  // ceil(in / stride) without overflow: one output for a stride past the input.
+  CHECK(conv_output_axis(5, 3, INT64_MAX, Padding::Same, "t").out == 1);
+  CHECK(conv_output_axis(0, 3, 2, Padding::Same, "t").out == 0);
   REQUIRE_THROWS_WITH(conv_output_axis(2, 3, 1, Padding::Valid, "conv2d"),
                       Contains("conv2d: window 3 is larger than the input extent 2 with VALID padding"));
   REQUIRE_THROWS_WITH(conv_output_axis(5, 3, 0, Padding::Same, "conv2d"), Contains("conv2d: strides must be positive, got 0"));

@@ -160,6 +160,17 @@ TEST_CASE("Dropout: training drops and rescales, inference is the identity", "[t
   CHECK_THROWS_AS(nn::Dropout(-0.1), Error);
 }
 
+TEST_CASE("Module: a submodule that contains the module is refused (a cycle)") {
+  nn::Sequential outer{nn::Dense(2, 2)};
+  nn::Sequential inner{nn::Dense(2, 2)};
+  outer->add(inner);
+  REQUIRE_THROWS_WITH(inner->add(outer), Catch::Contains("would make a cycle"));
+  // Sharing a submodule twice is not a cycle.
+  nn::Dense shared(2, 2);
+  nn::Sequential twice{shared, shared};
+  CHECK(twice(Tensor::from_vector<float>({1, 2}, {1, 2})).shape() == Shape{1, 2});
+}
+
 TEST_CASE("BatchNormalization: batch statistics in training, moving averages in inference",
           "[train][layers]") {
   nn::BatchNormalization bn(2, {.momentum = 0.9, .dtype = kFloat64});

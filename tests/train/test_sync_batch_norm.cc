@@ -197,3 +197,33 @@ TEST_CASE("BatchNormalization(synchronized): Mirrored training ends where traini
 }
 
 }  // namespace sync_bn_test
+
+TEST_CASE("BatchNormalization: moving statistics move once per step under every kind of variable") {
+  // Momentum 0.5 from 0: Keras's assign_sub((moving - batch) * 0.5) through the variable.
+  auto layer = [] { return nn::BatchNormalization(1, {.momentum = 0.5, .dtype = kFloat64}); };
+  auto column = [](double v) { return Tensor::from_vector(std::vector<double>{v, v}, {2, 1}, kFloat64, Device()); };
+
+  // CentralStorage(2): one shared copy takes the replicas' mean delta once (their batch
+  // means 2 and 4: 1.5), not each replica's delta in turn, racing.
+  CentralStorageStrategy central({cpu(0), cpu(1)});
+  nn::BatchNormalization shared_bn = [&] {
+    auto scope = central.scope();
+    return layer();
+  }();
+  central.run([&] {
+    const int r = get_replica_context()->replica_id_in_sync_group();
+    return shared_bn(column(r == 0 ? 2.0 : 4.0));
+  });
+  CHECK(shared_bn->moving_mean().value().item<double>() == 1.5);
+
+  // Mirrored(2), a training call outside run(): every replica's copy moves (writing the
+  // aggregated read in place lost it).
+  MirroredStrategy mirrored(MirroredStrategy::cpu_devices(2));
+  nn::BatchNormalization mirrored_bn = [&] {
+    auto scope = mirrored.scope();
+    return layer();
+  }();
+  mirrored_bn(column(3.0));
+  for (const Tensor& c : mirrored.experimental_local_results(mirrored_bn->moving_mean()))
+    CHECK(c.item<double>() == 1.5);
+}

@@ -126,6 +126,20 @@ void Module::register_module(const std::string& name, std::shared_ptr<Module> mo
   check_new_name(name, "submodule");
   STRATA_CHECK(module != nullptr, "nn::", kind_, ": submodule '", name, "' is empty");
   STRATA_CHECK(module.get() != this, "nn::", kind_, ": a module cannot contain itself");
+  // Nor indirectly: every walk over the tree (variables, calls, set_training's) would never
+  // end. Shared submodules (a DAG) are fine.
+  std::unordered_set<const Module*> seen;
+  std::vector<const Module*> stack{module.get()};
+  while (!stack.empty()) {
+    const Module* m = stack.back();
+    stack.pop_back();
+    if (!seen.insert(m).second) continue;
+    for (const auto& [child_name, child] : m->children_) {
+      STRATA_CHECK(child.get() != this, "nn::", kind_, ": adding submodule '", name, "' (", module->kind_,
+                   ") would make a cycle: it already contains this module");
+      stack.push_back(child.get());
+    }
+  }
   children_.emplace_back(name, std::move(module));
 }
 

@@ -98,12 +98,17 @@ Tensor BatchNormalizationImpl::forward(const Tensor& input) {
     autograd::StopRecording no_tape;
     const double decay = 1.0 - options_.momentum;
     for (auto [var, batch] : {std::pair{moving_mean_, mean_b}, std::pair{moving_variance_, var_b}}) {
-      // In place on this replica's component (sync-on-read: each replica keeps its own).
-      Tensor moving = var.value();
-      const Tensor m = as_x(moving);
-      Tensor moved = sub(m, sub(m, batch.reshape({num_features_})) * decay);
-      if (has_rows.defined()) moved = where(has_rows, moved, m);
-      moving.copy_(moved);
+      // Keras's assign_sub((moving - batch) * decay), through the variable so that its kind
+      // decides: a sync-on-read replica updates its own component, CentralStorage's shared
+      // copy takes the replicas' mean delta once, a cross-replica call updates every copy,
+      // a parameter server's variable changes on the server. (Writing value() in place
+      // would race on a shared copy and be lost on an aggregated read.)
+      const Tensor moving = var.value();
+      Tensor batch_stat = batch.reshape({num_features_});
+      if (batch_stat.dtype() != moving.dtype()) batch_stat = cast(batch_stat, moving.dtype());
+      Tensor delta = sub(moving, batch_stat) * decay;
+      if (has_rows.defined()) delta = where(has_rows, delta, zeros_like(delta));
+      var.assign_sub(delta);
     }
   } else {
     mean_b = as_x(moving_mean_.value()).reshape(stat_shape);
