@@ -127,6 +127,33 @@ void GradientTape::on_variable_read(const Variable& v, const Tensor& value) {
   if (std::find(variables_.begin(), variables_.end(), v) == variables_.end()) variables_.push_back(v);
 }
 
+namespace {
+
+uint64_t storage_version(const Tensor& t) { return t.defined() && t.storage() ? t.storage()->version() : 0; }
+
+// A saved tensor written in place after it was recorded (a variable updated by an
+// optimizer step or an assign between recording and gradient(), a copy_ into it) no
+// longer holds the op's input. Such tensors are handed to the op's gradient as undefined:
+// one it does not read (mul's own input, for the gradient with respect to that input)
+// costs nothing, and one it reads makes it throw, which gradient() reports naming the
+// tensor (PyTorch's "modified by an inplace operation"; before, the gradient came out
+// silently wrong). The first such tensor's description, or "" when none.
+std::string first_modified(const TapeNode& node) {
+  auto describe = [&](const Tensor& t, uint64_t recorded, const std::string& which) {
+    return ::strata::detail::concat(which, " of ", op_name(node.op), " (", dtype_name(t.dtype()), " ",
+                                    shape_str(t.shape()), ") was written in place ", storage_version(t) - recorded,
+                                    " time(s) after it was recorded");
+  };
+  for (size_t i = 0; i < node.inputs.size() && i < node.input_versions.size(); ++i)
+    if (storage_version(node.inputs[i]) != node.input_versions[i])
+      return describe(node.inputs[i], node.input_versions[i], "input " + std::to_string(i));
+  if (node.output.defined() && storage_version(node.output) != node.output_version)
+    return describe(node.output, node.output_version, "the output");
+  return "";
+}
+
+}  // namespace
+
 void GradientTape::maybe_record(OpId op, const OpAttrs& attrs, std::span<const Tensor> inputs,
                                 std::span<const Tensor> outputs) {
   if (!active() || outputs.size() != 1 || watched_.empty()) return;
@@ -155,11 +182,18 @@ void GradientTape::maybe_record(OpId op, const OpAttrs& attrs, std::span<const T
     node.input_meta[i] = TensorMeta{impl.shape, impl.dtype, impl.device};
   }
   // Inputs not needed stay unsaved (empty vector), so the tape does not keep them alive.
-  if (def->needs_inputs) node.inputs.assign(inputs.begin(), inputs.end());
+  if (def->needs_inputs) {
+    node.inputs.assign(inputs.begin(), inputs.end());
+    node.input_versions.resize(inputs.size());
+    for (size_t i = 0; i < inputs.size(); ++i) node.input_versions[i] = storage_version(inputs[i]);
+  }
   const TensorImpl& out = outputs[0].impl();
   node.output_id = out.id;
   node.output_meta = TensorMeta{out.shape, out.dtype, out.device};
-  if (def->needs_output) node.output = outputs[0];
+  if (def->needs_output) {
+    node.output = outputs[0];
+    node.output_version = storage_version(outputs[0]);
+  }
   watched_.insert(node.output_id);
 }
 
@@ -288,7 +322,8 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
     // A hooked variable whose whole gradient is this matmul's weight gradient (x @ v, 2-D,
     // v read by no older node and by no newer one, which would have added to it already):
     // the hook gets its factors instead (gradient_hook.h).
-    if (products && node.op == OpId::MatMul && node.input_ids.size() == 2 && node.inputs.size() == 2 &&
+    const std::string modified = first_modified(node);
+    if (products && modified.empty() && node.op == OpId::MatMul && node.input_ids.size() == 2 && node.inputs.size() == 2 &&
         !node.attrs.transpose_a && !node.attrs.transpose_b && (wanted & 2) != 0 &&
         node.input_ids[0] != node.input_ids[1] && node.input_meta[0].shape.size() == 2 &&
         node.input_meta[1].shape.size() == 2 && g.ndim() == 2 &&
@@ -302,8 +337,24 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
         wanted &= ~uint64_t(2);
       }
     }
-    GradContext ctx{node.op, node.attrs, *inputs, node.input_meta, node.output, node.output_meta, wanted};
-    std::vector<Tensor> in_grads = def->vjp(ctx, g);
+    std::vector<Tensor> in_grads;
+    if (modified.empty()) {
+      GradContext ctx{node.op, node.attrs, *inputs, node.input_meta, node.output, node.output_meta, wanted};
+      in_grads = def->vjp(ctx, g);
+    } else {
+      std::vector<Tensor> current = *inputs;
+      for (size_t k = 0; k < current.size() && k < node.input_versions.size(); ++k)
+        if (storage_version(current[k]) != node.input_versions[k]) current[k] = Tensor();
+      const Tensor output = storage_version(node.output) == node.output_version ? node.output : Tensor();
+      GradContext ctx{node.op, node.attrs, current, node.input_meta, output, node.output_meta, wanted};
+      try {
+        in_grads = def->vjp(ctx, g);
+      } catch (const Error&) {
+        fail("GradientTape.gradient: ", modified, " (copy_, an assign, or an optimizer step on a variable read "
+             "under the tape), and its gradient needs it; compute every gradient before updating the variables, "
+             "or record the computation again");
+      }
+    }
     STRATA_CHECK(in_grads.size() == node.input_ids.size(), op_name(node.op),
                  ": gradient returned ", in_grads.size(), " tensors for ", node.input_ids.size(),
                  " inputs (internal error)");

@@ -40,6 +40,10 @@ struct TapeNode {
   uint64_t output_id = 0;
   TensorMeta output_meta;
   Tensor output;  // saved only when the op's gradient needs it
+  // The storage versions of the saved inputs and output when they were recorded: backward
+  // refuses tensors written in place since (their values are no longer the op's).
+  std::vector<uint64_t> input_versions;
+  uint64_t output_version = 0;
 };
 
 class GradientTape {

@@ -21,6 +21,9 @@ Tensor arange(double start, double stop, double step, DType dtype, Device device
   const double count = std::ceil((stop - start) / step);
   STRATA_CHECK(!std::isnan(count), "arange: start ", start, ", stop ", stop, " and step ", step,
                " do not define a range");
+  // Converting a count of 2^63 or more (or inf) to int64 is undefined behaviour.
+  STRATA_CHECK(count < 0x1p63, "arange: start ", start, ", stop ", stop, " and step ", step,
+               " give a range that is too large or not finite (", count, " elements)");
   const int64_t n = count > 0 ? int64_t(count) : 0;
   RangeAttrs range;
   range.start = start;

@@ -62,6 +62,12 @@ void check_update(const char* op, const Tensor& param, Tensor& grad,
   grad = aliases ? grad.clone() : grad.contiguous();
 }
 
+// The targets are written in place: a tape that saved one of them must know (Storage::version).
+void bump_versions(std::span<const Tensor> targets) {
+  for (const Tensor& t : targets)
+    if (t.storage()) t.storage()->bump_version();
+}
+
 }  // namespace
 
 void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum,
@@ -79,6 +85,7 @@ void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum,
   if (param.numel() == 0) return;
   const Tensor in[1] = {g};
   const Tensor out[2] = {param, momentum};  // the buffer only when there is one
+  bump_versions(std::span<const Tensor>(out, momentum.defined() ? 2 : 1));
   run_kernel(OpId::SgdUpdate, OpAttrs(attrs), in,
              std::span<const Tensor>(out, momentum.defined() ? 2 : 1));
 }
@@ -92,6 +99,7 @@ void adam_update(const Tensor& param, const Tensor& grad, const Tensor& m, const
   if (param.numel() == 0) return;
   const Tensor in[1] = {g};
   const Tensor out[3] = {param, m, v};
+  bump_versions(out);
   run_kernel(OpId::AdamUpdate, OpAttrs(attrs), in, out);
 }
 

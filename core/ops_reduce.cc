@@ -79,10 +79,14 @@ Tensor mean(const Tensor& x, const Axes& axes, bool keepdims) {
   const std::vector<int64_t> ax = resolve_axes(x, axes, "mean");
   int64_t count = 1;
   for (int64_t a : ax) count *= x.shape()[size_t(a)];
-  Tensor s = sum(x, std::vector<int64_t>(ax), keepdims);
-  if (count == 0) return s * std::numeric_limits<double>::quiet_NaN();
-  // The divisor takes the tensor's dtype: in float16 a count above 65504 would be inf.
-  if (is_half(x.dtype())) return cast(cast(s, kFloat32) / double(count), x.dtype());
+  // Half types are summed in float32, as NumPy and TensorFlow do: a float16 sum overflows
+  // past 65504 (the mean of 70000 ones was inf), and the divisor would too. The mean is
+  // cast back to the input's dtype.
+  const bool half = is_half(x.dtype());
+  Tensor s = sum(half ? cast(x, kFloat32) : x, std::vector<int64_t>(ax), keepdims);
+  if (count == 0) return half ? cast(s * std::numeric_limits<double>::quiet_NaN(), x.dtype())
+                              : s * std::numeric_limits<double>::quiet_NaN();
+  if (half) return cast(s / double(count), x.dtype());
   return s / double(count);
 }
 

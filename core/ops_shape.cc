@@ -80,9 +80,18 @@ Tensor slice(const Tensor& x, int64_t axis, int64_t start, int64_t end, int64_t 
   end = std::clamp<int64_t>(end, start, n);
   Shape shape = x.shape();
   Strides strides = x.strides();
-  shape[size_t(axis)] = (end - start + step - 1) / step;
+  // Counted without end - start + step, which overflows for a huge step (INT64_MAX made
+  // the extent -1); NumPy's a[0:3:huge] is the one element a[0].
+  const int64_t count = end > start ? 1 + (end - start - 1) / step : 0;
+  shape[size_t(axis)] = count;
   const int64_t offset = x.offset() + start * strides[size_t(axis)];
-  strides[size_t(axis)] *= step;
+  // An axis of 0 or 1 elements is never stepped along: it keeps its stride, which a huge
+  // step would otherwise overflow for nothing.
+  if (count > 1) {
+    STRATA_CHECK(!__builtin_mul_overflow(strides[size_t(axis)], step, &strides[size_t(axis)]),
+                 "slice: step ", step, " times the stride ", x.strides()[size_t(axis)],
+                 " of axis ", axis, " of shape ", shape_str(x.shape()), " overflows int64");
+  }
   OpAttrs attrs;
   attrs.axis = axis;
   attrs.start = start;
@@ -191,14 +200,18 @@ Tensor stack(const std::vector<Tensor>& xs, int64_t axis) {
 
 std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t axis) {
   axis = normalize_axis(axis, x.ndim(), "split");
-  int64_t total = 0;
+  const int64_t n = x.shape()[size_t(axis)];
+  // Each size is compared with what is left of the axis rather than summed: a running sum
+  // overflows ({INT64_MAX, INT64_MAX, 5} wrapped to 3 and passed for an axis of 3).
+  int64_t left = n;
   for (int64_t s : sizes) {
     STRATA_CHECK(s >= 0, "split: negative size ", s);
-    total += s;
+    STRATA_CHECK(s <= left, "split: sizes add up to more than the ", n, " elements of axis ",
+                 axis, " of shape ", shape_str(x.shape()), " (size ", s, " with ", left, " left)");
+    left -= s;
   }
-  STRATA_CHECK(total == x.shape()[size_t(axis)], "split: sizes add up to ", total,
-               " but axis ", axis, " of shape ", shape_str(x.shape()), " has ",
-               x.shape()[size_t(axis)]);
+  STRATA_CHECK(left == 0, "split: sizes add up to ", n - left, " but axis ", axis, " of shape ",
+               shape_str(x.shape()), " has ", n);
   std::vector<Tensor> out;
   int64_t start = 0;
   for (int64_t s : sizes) {
@@ -210,6 +223,14 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
 
 std::vector<Tensor> split(const Tensor& x, int64_t num_splits, int64_t axis) {
   axis = normalize_axis(axis, x.ndim(), "split");
+  // A count above a non-empty axis's length never divides it. An empty axis splits into
+  // num_splits empty pieces, as in NumPy and TensorFlow, but each piece is a tensor (and a
+  // tape record): past kMaxEmptySplits the count is a mistake, not a request (2^62 pieces
+  // threw std::length_error).
+  constexpr int64_t kMaxEmptySplits = int64_t(1) << 16;
+  STRATA_CHECK(x.shape()[size_t(axis)] > 0 || num_splits <= kMaxEmptySplits, "split: axis ", axis,
+               " of shape ", shape_str(x.shape()), " is empty; splitting it into ", num_splits,
+               " empty pieces exceeds the limit of ", kMaxEmptySplits);
   STRATA_CHECK(num_splits > 0 && x.shape()[size_t(axis)] % num_splits == 0, "split: axis ", axis,
                " of shape ", shape_str(x.shape()), " does not split evenly into ", num_splits);
   return split(x, std::vector<int64_t>(size_t(num_splits), x.shape()[size_t(axis)] / num_splits),

@@ -5,6 +5,7 @@
 #include <numeric>
 #include <vector>
 
+#include <strata/core/checked_math.h>
 #include <strata/core/op_common.h>
 #include <strata/core/philox.h>
 
@@ -43,6 +44,7 @@ Tensor normal(const Shape& shape, Seed seed_arg, double mean, double stddev, DTy
 Tensor truncated_normal(const Shape& shape, Seed seed_arg, double mean, double stddev,
                         DType dtype, Device device) {
   check_float(dtype, "random::truncated_normal");
+  STRATA_CHECK(stddev >= 0, "random::truncated_normal: stddev must be >= 0, got ", stddev);
   return draw(OpId::RandomTruncatedNormal, shape, RandomAttrs{seed_arg.value(), mean, stddev}, dtype, device);
 }
 
@@ -55,13 +57,19 @@ Tensor permutation(int64_t n, Seed seed_arg) {
   const uint64_t seed = seed_arg.value();
   // Fisher-Yates is sequential by nature: it runs on the host, for index tensors.
   STRATA_CHECK(n >= 0, "random::permutation: n must be >= 0, got ", n);
-  std::vector<int64_t> v(static_cast<size_t>(n));
-  std::iota(v.begin(), v.end(), 0);
+  // Drawn straight into a host tensor, whose allocator reports memory it cannot get as a
+  // strata::Error; an impossible byte count is refused first under this op's name (a
+  // std::vector of 2^62 elements threw std::length_error).
+  checked_nbytes({n}, sizeof(int64_t), "random::permutation");
+  Tensor host = Tensor::empty({n}, kInt64, Device());
+  int64_t* v = host.data<int64_t>();
+  std::iota(v, v + n, int64_t(0));
   for (int64_t i = n - 1; i > 0; --i) {
     const int64_t j = int64_t(philox::uniform01(seed, philox::kPermutation, uint64_t(i)) * double(i + 1));
-    std::swap(v[size_t(i)], v[size_t(std::min(j, i))]);
+    std::swap(v[i], v[std::min(j, i)]);
   }
-  return Tensor::from_vector(v, Shape{n});
+  const Device device = current_device();
+  return device == Device() ? host : host.to(device);
 }
 
 }  // namespace strata::random

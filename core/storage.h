@@ -1,7 +1,9 @@
 // Storage: a refcounted block of device memory that tensors view.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 
@@ -42,7 +44,15 @@ class Storage {
   // Pinned host memory may be used by any GPU's streams (asynchronous copies).
   void record_stream(const Stream& stream);
 
+  // Counts the in-place writes made through the tensor API (Tensor::copy_, the fused
+  // optimizer updates): the gradient tape records it with each tensor it saves, and
+  // refuses to use one that was overwritten since (PyTorch's version counter). Writes
+  // through raw pointers (collectives, the input pipeline's own buffers) are not counted.
+  uint64_t version() const { return version_.load(std::memory_order_relaxed); }
+  void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
+
  private:
+  std::atomic<uint64_t> version_{0};
   void* data_ = nullptr;
   size_t bytes_ = 0;
   Device device_;

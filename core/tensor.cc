@@ -33,6 +33,34 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
 
 Tensor Tensor::view_of(std::shared_ptr<Storage> storage, int64_t offset, Shape shape,
                        Strides strides, DType dtype) {
+  // Every kernel trusts a tensor's shape, strides and offset: a view reaching outside its
+  // storage would read or write out of bounds (or segfault) far from the call that made it.
+  STRATA_CHECK(storage != nullptr, "Tensor::view_of: null storage");
+  STRATA_CHECK(shape.size() == strides.size(), "Tensor::view_of: shape ", shape_str(shape),
+               " has rank ", shape.size(), " but strides ", shape_str(strides), " have rank ",
+               strides.size());
+  const int64_t numel = checked_numel(shape, "Tensor::view_of");
+  if (numel > 0) {
+    // The lowest and highest elements the view addresses, in elements, then bytes.
+    auto overflow = [&] {
+      fail("Tensor::view_of: offset ", offset, " with shape ", shape_str(shape), " and strides ",
+           shape_str(strides), " overflows int64");
+    };
+    int64_t lo = offset, hi = offset;
+    for (size_t d = 0; d < shape.size(); ++d) {
+      int64_t reach = 0;
+      if (__builtin_mul_overflow(shape[d] - 1, strides[d], &reach)) overflow();
+      int64_t& bound = reach < 0 ? lo : hi;
+      if (__builtin_add_overflow(bound, reach, &bound)) overflow();
+    }
+    const int64_t item = int64_t(dtype_size(dtype));
+    int64_t end_byte = 0;
+    if (__builtin_add_overflow(hi, 1, &end_byte) || __builtin_mul_overflow(end_byte, item, &end_byte)) overflow();
+    STRATA_CHECK(lo >= 0 && uint64_t(end_byte) <= uint64_t(storage->bytes()), "Tensor::view_of: a ",
+                 dtype, " view with offset ", offset, ", shape ", shape_str(shape), " and strides ",
+                 shape_str(strides), " addresses elements ", lo, " to ", hi, ", outside the ",
+                 storage->bytes(), "-byte storage (", storage->bytes() / size_t(item), " elements)");
+  }
   auto impl = std::make_shared<TensorImpl>();
   impl->device = storage->device();
   impl->storage = std::move(storage);
@@ -166,6 +194,7 @@ void Tensor::copy_(const Tensor& src) const {
   OpAttrs attrs;
   const Tensor in[1] = {value};
   const Tensor out[1] = {*this};
+  if (storage()) storage()->bump_version();
   run_kernel(OpId::Copy, attrs, in, out);
 }
 
@@ -236,16 +265,66 @@ void print_value(std::ostream& os, double x, ValueKind kind) {
   }
 }
 
+// A summarised axis (more than 6 elements) prints only its first and last three.
+bool summarised_axis(int64_t n, bool summarise) { return summarise && n > 6; }
+
+// The values operator<< prints, row-major over `printed` (the shape with each summarised
+// axis cut to 6: its first and last three). A summary reads only those elements, as the
+// 2^k strided blocks of the k summarised axes' heads and tails; copying every element of
+// a broadcast view of 2^40 elements to print 36 of them threw std::bad_alloc.
+std::vector<double> printed_values(const Tensor& t, bool summarise, Shape& printed) {
+  const size_t rank = t.shape().size();
+  printed = t.shape();
+  std::vector<size_t> cut;
+  for (size_t d = 0; d < rank; ++d) {
+    if (summarised_axis(printed[d], summarise)) {
+      printed[d] = 6;
+      cut.push_back(d);
+    }
+  }
+  if (cut.empty()) return t.to_vector<double>();
+  std::vector<double> v(size_t(numel_of(printed)));
+  const Strides dst_strides = contiguous_strides(printed);
+  for (uint64_t mask = 0; mask < (uint64_t(1) << cut.size()); ++mask) {
+    Shape block = printed;
+    int64_t offset = t.offset(), dst_base = 0;
+    for (size_t c = 0; c < cut.size(); ++c) {
+      const size_t d = cut[c];
+      block[d] = 3;
+      if ((mask >> c) & 1) {
+        offset += (t.shape()[d] - 3) * t.strides()[d];
+        dst_base += 3 * dst_strides[d];
+      }
+    }
+    const std::vector<double> b =
+        Tensor::view_of(t.storage(), offset, block, t.strides(), t.dtype()).to_vector<double>();
+    std::vector<int64_t> idx(rank, 0);
+    for (size_t i = 0; i < b.size(); ++i) {
+      int64_t dst = dst_base;
+      for (size_t d = 0; d < rank; ++d) dst += idx[d] * dst_strides[d];
+      v[size_t(dst)] = b[i];
+      for (size_t d = rank; d-- > 0;) {
+        if (++idx[d] < block[d]) break;
+        idx[d] = 0;
+      }
+    }
+  }
+  return v;
+}
+
+// Prints the values `v` of printed_values (strides over its printed shape) for `shape`.
 void print_rec(std::ostream& os, const std::vector<double>& v, const Shape& shape,
                const Strides& strides, size_t dim, int64_t base, bool summarise, ValueKind kind,
                int indent) {
   const int64_t n = shape[dim];
   os << '[';
   auto emit = [&](int64_t i) {
+    // Index i of a summarised axis is at i, or among the last three of its 6 printed ones.
+    const int64_t at = summarised_axis(n, summarise) && i >= 3 ? i - (n - 6) : i;
     if (dim + 1 == shape.size()) {
-      print_value(os, v[size_t(base + i * strides[dim])], kind);
+      print_value(os, v[size_t(base + at * strides[dim])], kind);
     } else {
-      print_rec(os, v, shape, strides, dim + 1, base + i * strides[dim], summarise, kind,
+      print_rec(os, v, shape, strides, dim + 1, base + at * strides[dim], summarise, kind,
                 indent + 1);
     }
   };
@@ -271,7 +350,9 @@ std::string Tensor::str() const {
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t) {
   if (!t.defined()) return os << "tensor(undefined)";
-  std::vector<double> v = t.to_vector<double>();
+  const bool summarise = t.numel() > 1000;
+  Shape printed;
+  const std::vector<double> v = printed_values(t, summarise, printed);
   const ValueKind kind = t.dtype() == kBool        ? ValueKind::Bool
                          : is_floating(t.dtype()) ? ValueKind::Float
                                                   : ValueKind::Int;
@@ -282,7 +363,7 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t) {
   if (t.ndim() == 0) {
     print_value(body, v[0], kind);
   } else {
-    print_rec(body, v, t.shape(), contiguous_strides(t.shape()), 0, 0, t.numel() > 1000, kind, 7);
+    print_rec(body, v, t.shape(), contiguous_strides(printed), 0, 0, summarise, kind, 7);
   }
   body << ", shape=" << shape_str(t.shape()) << ", dtype=" << t.dtype();
   if (!(t.device() == Device())) body << ", device=" << t.device();

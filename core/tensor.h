@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include <strata/core/checked_math.h>
 #include <strata/core/device.h>
 #include <strata/core/dtype.h>
 #include <strata/core/error.h>
@@ -169,6 +170,10 @@ Tensor Tensor::from_vector(const std::vector<T>& values, const Shape& shape, DTy
 template <typename T>
 std::vector<T> Tensor::to_vector() const {
   const int64_t n = numel();
+  // Both host buffers' byte counts are checked first: an impossible one (a broadcast view
+  // of 2^61 elements) is a strata::Error rather than std::length_error from std::vector.
+  checked_nbytes(shape(), itemsize(), "Tensor::to_vector");
+  checked_nbytes(shape(), sizeof(T), "Tensor::to_vector");
   std::vector<uint8_t> raw(size_t(n) * itemsize());
   detail::copy_to_host(*this, raw.data());
   if constexpr (std::is_same_v<T, bool>) {

@@ -422,3 +422,36 @@ TEST_CASE("tape: a custom_gradient forward that uses a tape internally", "[tape]
   REQUIRE_CLOSE(outer.gradient(sum(y), x), tensor({2, 2}));
 }
 
+
+TEST_CASE("tape: a saved tensor written in place after it was recorded is refused, not used", "[tape][errors]") {
+  // One persistent tape, an update of `a` between two gradient calls: b's gradient needs
+  // a's value at recording time (PyTorch raises here; it used to come out silently wrong).
+  Variable a(tensor({1, 2})), b(tensor({3, 4}));
+  GradientTape tape(/*persistent=*/true);
+  Tensor y = sum(mul(a.read(), b.read()));
+  const Tensor ga = tape.gradient(y, {a})[0];
+  REQUIRE_CLOSE(ga, tensor({3, 4}));
+  a.assign_sub(ga);
+  REQUIRE_THROWS_WITH(tape.gradient(y, {b}),
+                      Contains("input 0 of mul") && Contains("was written in place 1 time(s) after it was recorded"));
+
+  // a's own gradient reads only b, which is unchanged: still right after the update.
+  REQUIRE_CLOSE(tape.gradient(y, {a})[0], tensor({3, 4}));
+
+  // Every gradient first, then the updates: fine.
+  Variable c(tensor({1, 2})), d(tensor({3, 4}));
+  GradientTape both(/*persistent=*/true);
+  Tensor z = sum(mul(c.read(), d.read()));
+  const Tensor gc = both.gradient(z, {c})[0], gd = both.gradient(z, {d})[0];
+  REQUIRE_CLOSE(gd, tensor({1, 2}));
+  c.assign_sub(gc);
+
+  // A plain tensor overwritten with copy_, and a saved output (exp's).
+  Tensor x = tensor({0.5, 1.5});
+  GradientTape plain(/*persistent=*/true);
+  plain.watch(x);
+  Tensor e = exp(x);
+  Tensor s = sum(e);
+  e.copy_(tensor({0, 0}));
+  REQUIRE_THROWS_WITH(plain.gradient(s, x), Contains("the output of exp"));
+}
