@@ -4,6 +4,12 @@
 // Tapes are thread-local and stack: every active tape on a thread records the ops that
 // touch something it watches, so nested tapes give higher derivatives (the inner tape's
 // gradient computation is recorded by the outer one). Each replica thread has its own.
+//
+// The tape keeps the tensors an op's gradient needs (a variable's read value among them)
+// by reference, not as copies. A tensor written in place after it was recorded (copy_, an
+// assign, an optimizer step) is detected by its storage's version: gradient() raises when
+// it would read the overwritten value, as PyTorch does (TensorFlow copies the variable on
+// write instead). With a persistent tape, compute every gradient before updating.
 #pragma once
 
 #include <memory>
