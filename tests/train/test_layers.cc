@@ -1,5 +1,6 @@
 // nn layers: forward values computed by hand, gradients by finite differences (float64),
 // BatchNormalization's two modes, Module paths and Sequential naming, initializers.
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 #include <set>
@@ -158,6 +159,38 @@ TEST_CASE("Dropout: training drops and rescales, inference is the identity", "[t
   REQUIRE_ALLCLOSE(drop(x), x);
   CHECK_THROWS_AS(nn::Dropout(1.0), Error);
   CHECK_THROWS_AS(nn::Dropout(-0.1), Error);
+}
+
+TEST_CASE("Module: set_trainable freezes a layer and its sublayers as Keras's layer.trainable") {
+  nn::Dense first(2, 3), second(3, 1);
+  nn::BatchNormalization bn(3, {.momentum = 0.5});
+  nn::Sequential model{first, bn, second};
+  CHECK(model.trainable_variables().size() == 6);  // 2 kernels, 2 biases, gamma, beta
+  first.set_trainable(false);
+  CHECK_FALSE(first.trainable());
+  const auto trainable = model.trainable_variables();
+  CHECK(trainable.size() == 4);
+  for (const Variable& v : first.variables())
+    CHECK(std::none_of(trainable.begin(), trainable.end(), [&](const Variable& t) { return t == v; }));
+  CHECK(model.non_trainable_variables().size() == 4);  // the frozen kernel and bias, the moving statistics
+  CHECK(first.variables()[0].trainable());  // the variable's own flag is unchanged
+
+  // A frozen model freezes everything below; a sublayer set trainable again stays frozen.
+  model.set_trainable(false);
+  second.set_trainable(true);
+  CHECK(model.trainable_variables().empty());
+  model.set_trainable(true);
+  CHECK(model.trainable_variables().size() == 6);
+
+  // A frozen BatchNormalization normalises with its moving statistics and keeps them.
+  bn.set_trainable(false);
+  const Tensor x = Tensor::from_vector<float>({1, 2, 3, 5, 6, 9}, {2, 3});
+  const Tensor y = bn(x);
+  CHECK(bn->moving_mean().value().to_vector<float>() == std::vector<float>{0, 0, 0});
+  REQUIRE_ALLCLOSE(y, x / std::sqrt(1.0 + 1e-3), 1e-6, 1e-6);
+  bn.set_trainable(true);
+  bn(x);
+  CHECK(bn->moving_mean().value().to_vector<float>() == std::vector<float>{1.5f, 2.0f, 3.0f});
 }
 
 TEST_CASE("Module: a submodule that contains the module is refused (a cycle)") {

@@ -143,6 +143,18 @@ void Module::register_module(const std::string& name, std::shared_ptr<Module> mo
   children_.emplace_back(name, std::move(module));
 }
 
+void Module::set_trainable(bool trainable) {
+  std::unordered_set<const Module*> seen;
+  std::vector<Module*> stack{this};
+  while (!stack.empty()) {
+    Module* m = stack.back();
+    stack.pop_back();
+    if (!seen.insert(m).second) continue;
+    m->trainable_.store(trainable, std::memory_order_relaxed);
+    for (auto& [name, child] : m->children_) stack.push_back(child.get());
+  }
+}
+
 void Module::set_training(bool training) {
   // Iterative walk with a visited set: shared submodules are visited once.
   std::unordered_set<const Module*> seen;
@@ -184,17 +196,39 @@ std::vector<Variable> Module::variables() const {
   return out;
 }
 
+namespace {
+// The variables of `m` and its submodules that train: their own flag is set and no module
+// on the way down is frozen (Keras: a frozen layer's trainable_weights are empty, its
+// sublayers' included). In named_variables() order.
+std::unordered_set<const autograd::VariableImpl*> training_variables(const Module& root) {
+  std::unordered_set<const autograd::VariableImpl*> out;
+  std::unordered_set<const Module*> seen;
+  std::vector<const Module*> stack{&root};
+  while (!stack.empty()) {
+    const Module* m = stack.back();
+    stack.pop_back();
+    if (!m->trainable() || !seen.insert(m).second) continue;
+    for (const auto& [name, v] : m->own_variables())
+      if (v.trainable()) out.insert(v.impl_ptr().get());
+    for (const auto& [name, child] : m->children()) stack.push_back(child.get());
+  }
+  return out;
+}
+}  // namespace
+
 std::vector<Variable> Module::trainable_variables() const {
+  const auto training = training_variables(*this);
   std::vector<Variable> out;
   for (auto& nv : named_variables())
-    if (nv.variable.trainable()) out.push_back(nv.variable);
+    if (training.contains(nv.variable.impl_ptr().get())) out.push_back(nv.variable);
   return out;
 }
 
 std::vector<Variable> Module::non_trainable_variables() const {
+  const auto training = training_variables(*this);
   std::vector<Variable> out;
   for (auto& nv : named_variables())
-    if (!nv.variable.trainable()) out.push_back(nv.variable);
+    if (!training.contains(nv.variable.impl_ptr().get())) out.push_back(nv.variable);
   return out;
 }
 

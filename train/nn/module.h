@@ -121,6 +121,15 @@ class Module : public std::enable_shared_from_this<Module> {
   // (`model(x, {.training = false})`).
   void set_training(bool training);
 
+  // Keras's layer.trainable (true by default). set_trainable(false) freezes the module
+  // and every submodule: their variables leave trainable_variables() (so fit and the
+  // optimizer leave them alone) and join non_trainable_variables(), and a frozen
+  // BatchNormalization runs in inference mode (Keras 2's rule for fine-tuning). A module
+  // under a frozen one stays frozen even if set trainable itself, as in Keras. The
+  // variables' own trainable flags do not change.
+  bool trainable() const { return trainable_.load(std::memory_order_relaxed); }
+  void set_trainable(bool trainable);
+
   // The regularization losses of this module and its submodules (each module once), as
   // scalars computed from the weights' current values (Keras's `losses`).
   std::vector<Tensor> losses() const;
@@ -155,6 +164,7 @@ class Module : public std::enable_shared_from_this<Module> {
 
   std::string kind_;
   std::atomic<bool> training_{true};  // atomic: set_training may race with replicas reading it
+  std::atomic<bool> trainable_{true};
   bool autocast_ = true;
   bool explicit_policy_ = false;  // set_dtype_policy was called
   mixed_precision::Policy policy_;
@@ -186,6 +196,8 @@ class AnyModule {
   }
   bool training() const { return module().training(); }
   void set_training(bool training) const { module().set_training(training); }
+  bool trainable() const { return module().trainable(); }
+  void set_trainable(bool trainable) const { module().set_trainable(trainable); }
   std::vector<Tensor> losses() const { return module().losses(); }
   const mixed_precision::Policy& dtype_policy() const { return module().dtype_policy(); }
   void set_dtype_policy(const mixed_precision::Policy& policy) const {

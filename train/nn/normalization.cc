@@ -63,7 +63,9 @@ Tensor BatchNormalizationImpl::forward(const Tensor& input) {
   // Variables in the statistics' dtype (a no-op unless a policy stores them in another).
   auto as_x = [&](const Tensor& t) { return mixed_precision::autocast(t, x.dtype()); };
   Tensor mean_b, var_b;
-  if (training()) {
+  // A frozen layer normalises with its moving statistics (Keras 2: trainable = false
+  // makes BatchNormalization run in inference mode, for fine-tuning).
+  if (training() && trainable()) {
     distribute::ReplicaContext* replica = options_.synchronized ? distribute::get_replica_context() : nullptr;
     // Synchronized: whether the global batch had rows (1) or not (0), as a device tensor
     // (reading the count on the host would stop a GPU every step).

@@ -3,7 +3,8 @@
 // BatchNormalization normalises over every axis but `axis` (the features, last by
 // default). While training it uses the batch's mean and (biased) variance and moves
 // moving_mean / moving_variance towards them: moving -= (moving - batch) * (1 - momentum).
-// In inference it uses the moving averages. The moving statistics are non-trainable,
+// In inference, or when frozen (set_trainable(false), Keras 2's rule), it uses the moving
+// averages and leaves them alone. The moving statistics are non-trainable,
 // sync-on-read variables aggregated by mean, as in Keras, so under a strategy each replica
 // keeps its own and reading them in cross-replica context averages the replicas.
 //
