@@ -37,21 +37,31 @@ optim::Optimizer adam_with_ema(int64_t overwrite_frequency = 0) {
   return optim::Adam(0.02, {.ema = {.use_ema = true, .momentum = 0.8, .overwrite_frequency = overwrite_frequency}});
 }
 
-// The model's trainable variables and their averages after `epochs` epochs of Adam with
-// use_ema under `strategy` (every replica's copies checked equal).
+// The MLP and Adam with use_ema, made in `strategy`'s scope and trained `epochs` epochs.
+struct Run {
+  nn::Sequential model;
+  optim::Optimizer opt;
+};
+
+Run run_with_ema(distribute::Strategy& strategy, int epochs, int64_t overwrite_frequency = 0) {
+  Run r;
+  {
+    auto scope = strategy.scope();
+    r.model = eq::classification_mlp(kFeatures, kHidden, kClasses, /*init_seed=*/4);
+    r.opt = adam_with_ema(overwrite_frequency);
+  }
+  eq::train_classifier(strategy, r.model, r.opt, dataset(), epochs);
+  return r;
+}
+
+// The model's trainable variables and their averages after run_with_ema (every replica's
+// copies checked equal).
 struct Trained {
   std::vector<Tensor> weights, averages;
 };
 
 Trained train_with_ema(distribute::Strategy& strategy, int epochs, int64_t overwrite_frequency = 0) {
-  nn::Sequential model;
-  optim::Optimizer opt;
-  {
-    auto scope = strategy.scope();
-    model = eq::classification_mlp(kFeatures, kHidden, kClasses, /*init_seed=*/4);
-    opt = adam_with_ema(overwrite_frequency);
-  }
-  eq::train_classifier(strategy, model, opt, dataset(), epochs);
+  auto [model, opt] = run_with_ema(strategy, epochs, overwrite_frequency);
   const auto vars = model.trainable_variables();
   REQUIRE(eq::replicas_agree(strategy, vars));
   Trained out;
@@ -131,14 +141,7 @@ TEST_CASE("EMA: Mirrored(2) and ZeRO-1 keep the same averages on every replica")
 
 TEST_CASE("EMA: finalize_variable_values and swap_ema_weights") {
   auto strategy = distribute::make_strategy("mirrored", {.replicas = 2});
-  nn::Sequential model;
-  optim::Optimizer opt;
-  {
-    auto scope = strategy->scope();
-    model = eq::classification_mlp(kFeatures, kHidden, kClasses, 4);
-    opt = adam_with_ema();
-  }
-  eq::train_classifier(*strategy, model, opt, dataset(), 1);
+  auto [model, opt] = run_with_ema(*strategy, 1);
   const auto vars = model.trainable_variables();
   auto scope = strategy->scope();
   const std::vector<Tensor> weights = eq::values_of(vars);
@@ -177,14 +180,7 @@ TEST_CASE("EMA: averages are checkpointed, across ZeRO-1 and on and off") {
   auto sharded = distribute::make_strategy("mirrored", {.replicas = 2, .shard_optimizer_state = true});
   std::vector<Tensor> saved_averages;
   {
-    nn::Sequential model;
-    optim::Optimizer opt;
-    {
-      auto scope = sharded->scope();
-      model = eq::classification_mlp(kFeatures, kHidden, kClasses, 4);
-      opt = adam_with_ema();
-    }
-    eq::train_classifier(*sharded, model, opt, dataset(), 1);
+    auto [model, opt] = run_with_ema(*sharded, 1);
     auto scope = sharded->scope();
     for (const Variable& v : model.trainable_variables())
       saved_averages.push_back(opt.average(v)->impl().checkpoint_value().clone());

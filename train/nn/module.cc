@@ -143,29 +143,28 @@ void Module::register_module(const std::string& name, std::shared_ptr<Module> mo
   children_.emplace_back(name, std::move(module));
 }
 
-void Module::set_trainable(bool trainable) {
+namespace {
+// Calls fn on `root` and every submodule, each once (an iterative walk with a visited set:
+// shared submodules are visited once).
+void for_each_module(Module& root, const std::function<void(Module&)>& fn) {
   std::unordered_set<const Module*> seen;
-  std::vector<Module*> stack{this};
+  std::vector<Module*> stack{&root};
   while (!stack.empty()) {
     Module* m = stack.back();
     stack.pop_back();
     if (!seen.insert(m).second) continue;
-    m->trainable_.store(trainable, std::memory_order_relaxed);
-    for (auto& [name, child] : m->children_) stack.push_back(child.get());
+    fn(*m);
+    for (const auto& [name, child] : m->children()) stack.push_back(child.get());
   }
+}
+}  // namespace
+
+void Module::set_trainable(bool trainable) {
+  for_each_module(*this, [&](Module& m) { m.trainable_.store(trainable, std::memory_order_relaxed); });
 }
 
 void Module::set_training(bool training) {
-  // Iterative walk with a visited set: shared submodules are visited once.
-  std::unordered_set<const Module*> seen;
-  std::vector<Module*> stack{this};
-  while (!stack.empty()) {
-    Module* m = stack.back();
-    stack.pop_back();
-    if (!seen.insert(m).second) continue;
-    m->training_.store(training, std::memory_order_relaxed);
-    for (auto& [name, child] : m->children_) stack.push_back(child.get());
-  }
+  for_each_module(*this, [&](Module& m) { m.training_.store(training, std::memory_order_relaxed); });
 }
 
 namespace {
