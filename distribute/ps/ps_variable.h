@@ -67,6 +67,9 @@ class PsVariableImpl final : public autograd::VariableImpl {
   std::shared_ptr<autograd::VariableImpl> make_like(const Tensor& initial,
                                                     autograd::VariableOptions options) const override;
   std::string kind() const override { return placement_->sharded() ? "ShardedVariable" : "ParameterServerVariable"; }
+  // From the placement: no fetch from the servers (value() is a round trip).
+  Shape shape() const override { return placement_->shape; }
+  DType dtype() const override { return placement_->dtype; }
 
   const VariablePlacement& placement() const { return *placement_; }
   const std::shared_ptr<const VariablePlacement>& placement_ptr() const { return placement_; }
