@@ -45,11 +45,15 @@ std::string new_save_id() {
 // The save id in the committed manifest of `prefix`; "" when there is none or it cannot
 // be read.
 std::string committed_save_id(const std::string& prefix) {
-  std::ifstream in(checkpoint_manifest_path(prefix));
-  if (!in) return "";
-  const json manifest = json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (!manifest.is_object() || !manifest.contains("metadata") || !manifest["metadata"].is_object()) return "";
-  const json& id = manifest["metadata"].value("save_id", json());
+  if (!checkpoint_exists(prefix)) return "";
+  json manifest;
+  try {
+    manifest = read_checkpoint_manifest(prefix);
+  } catch (const Error&) {
+    return "";  // unreadable: not that save's
+  }
+  const json metadata = manifest.value("metadata", json::object());
+  const json id = metadata.is_object() ? metadata.value("save_id", json()) : json();
   return id.is_string() ? id.get<std::string>() : "";
 }
 }  // namespace
@@ -253,8 +257,9 @@ void CheckpointManager::commit(std::vector<std::pair<int64_t, std::string>> kept
   // Listed as pending before it is written, so that files this save leaves behind if it
   // fails (or a crash) are known and removed by the next save, and never taken for a
   // checkpoint: the prefix may hold an abandoned run's older files (a run resumed from an
-  // earlier step saves under the same names), which must not become the latest. As in
-  // TensorFlow, a checkpoint counts once the state file lists it as finished.
+  // earlier step saves under the same names), which must not become the latest. It
+  // counts once its manifest is committed carrying this save's id (read_index), so a crash
+  // before the state file is rewritten below loses nothing.
   std::string previous;
   for (const auto& entry : kept)
     if (entry.second != prefix) previous = entry.second;  // kept is in save order
